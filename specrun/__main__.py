@@ -1,0 +1,5 @@
+"""`python -m specrun`."""
+
+from .cli import main
+
+main()

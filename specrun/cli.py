@@ -1,0 +1,100 @@
+"""The `specrun` command line: commands, and the error → message/exit-code table.
+
+Every SpecrunError becomes one line on stderr and its exit code; a closed pipe ends quietly;
+Ctrl-C exits 130 after the command has flushed what it had. SPECRUN_DEBUG=1 shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+import typer
+
+from . import __version__
+from .errors import EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, SpecrunError
+from .run_command import run
+
+app = typer.Typer(
+    name="specrun",
+    help="Run local GGUF models with lossless speculative decoding, never slower than plain decoding.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"specrun {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """specrun: speculative decoding for llama.cpp models."""
+
+
+app.command(name="run")(run)
+
+
+def _register_optional() -> None:
+    """Command groups living in their own modules."""
+    from . import model_commands
+
+    model_commands.register(app)
+
+
+def _debug() -> bool:
+    return bool(os.environ.get("SPECRUN_DEBUG"))
+
+
+def _quiet_broken_pipe() -> int:
+    """Stdout's reader went away: stop writing, exit quietly (Python would complain at shutdown)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app and map failures to one line and an exit code."""
+    try:
+        _register_optional()
+    except ImportError:
+        if _debug():
+            raise
+    code = 0
+    try:
+        result = app(args=argv, prog_name="specrun", standalone_mode=False)
+        code = result if isinstance(result, int) else 0
+    except BrokenPipeError:
+        code = _quiet_broken_pipe()
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        sys.stderr.write("interrupted\n")
+        code = EXIT_INTERRUPTED
+    except click.exceptions.ClickException as error:
+        error.show()
+        code = error.exit_code if error.exit_code else EXIT_USAGE
+    except click.exceptions.Exit as done:
+        code = done.exit_code
+    except SpecrunError as error:
+        if _debug():
+            raise
+        sys.stderr.write(f"specrun: error: {error.one_line()}\n")
+        code = error.exit_code
+    except Exception as error:  # noqa: BLE001 - last resort: one line, not a traceback
+        if _debug():
+            raise
+        sys.stderr.write(f"specrun: internal error: {type(error).__name__}: {error} (SPECRUN_DEBUG=1 shows the traceback)\n")
+        code = EXIT_RUNTIME
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _quiet_broken_pipe()
+    sys.exit(code)

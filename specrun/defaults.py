@@ -1,0 +1,21 @@
+"""Every default value, in one place, so the engine, the CLI and the docs cannot drift apart."""
+
+from __future__ import annotations
+
+import os
+
+MAX_TOKENS = 256
+TEMPERATURE = 0.8  # llama.cpp's default
+TOP_K = 40
+TOP_P = 0.95
+MIN_P = 0.05
+DRAFT_MAX = 4  # K: draft tokens verified per step
+DRAFT_MIN = 0
+DRAFT_P_MIN = 0.0  # stop drafting when the draft's top probability falls below this
+CTX_SIZE = 4096
+N_BATCH = 512  # prompt tokens decoded per llama_decode call
+
+
+def threads() -> int:
+    """Physical cores are what llama.cpp scales with; os.cpu_count is the best portable guess."""
+    return max(1, os.cpu_count() or 1)

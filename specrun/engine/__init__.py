@@ -1,0 +1,1 @@
+"""The speculative-decoding engine: llama.cpp wrapper, sampling, drafters, verification, the loop."""

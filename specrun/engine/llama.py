@@ -1,0 +1,289 @@
+"""A thin wrapper over llama_cpp's C API: load, decode a batch with chosen logits, trim the KV cache.
+
+Only what the speculative loop needs, with every ctypes object kept referenced by its owner (C keeps
+pointers into them). Logits come back as numpy arrays copied out of llama.cpp's buffer, because the
+next decode overwrites that buffer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ContextOverflowError, ModelFileError, SpecrunError
+
+_LOG_CALLBACK = None  # module-level reference: llama.cpp keeps the pointer
+_BACKEND_READY = False
+
+
+def _llama():
+    """Import llama_cpp lazily, so `specrun --help` and pure code never pay for loading the library."""
+    import llama_cpp
+
+    return llama_cpp
+
+
+def init_backend() -> None:
+    """Initialise llama.cpp once and route its log output to our stderr only in debug mode."""
+    global _BACKEND_READY, _LOG_CALLBACK
+    if _BACKEND_READY:
+        return
+    lib = _llama()
+    debug = bool(os.environ.get("SPECRUN_DEBUG"))
+
+    def _log(level, text, user_data):  # noqa: ARG001 - C signature
+        if debug and text:
+            sys.stderr.write(text.decode("utf-8", "replace"))
+
+    _LOG_CALLBACK = lib.llama_log_callback(_log)
+    lib.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+    lib.llama_backend_init()
+    _BACKEND_READY = True
+
+
+def system_info() -> str:
+    """llama.cpp's build description (CPU features, backends)."""
+    return _llama().llama_print_system_info().decode("utf-8", "replace")
+
+
+def has_amx() -> bool:
+    """True when the loaded llama.cpp was built with AMX, whose matmul path segfaults on some CPUs."""
+    return "AMX_INT8 = 1" in system_info()
+
+
+def supports_gpu_offload() -> bool:
+    return bool(_llama().llama_supports_gpu_offload())
+
+
+AMX_WARNING = (
+    "warning: this llama-cpp-python build uses AMX, which crashes on some CPUs; loading models "
+    "without extra buffer types instead (slower). Rebuild without AMX: "
+    "CFLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' CXXFLAGS=\"$CFLAGS\" "
+    "pip install --no-cache-dir --force-reinstall llama-cpp-python"
+)
+
+
+def check_gguf_file(path: Path) -> None:
+    """Fail with a fix before llama.cpp sees a path that cannot be a model."""
+    if not path.exists():
+        raise ModelFileError(f"model file not found: {path}", "check the path, or run `specrun pairs` for known models")
+    if path.is_dir():
+        raise ModelFileError(f"{path} is a directory, not a model file", "pass the .gguf file inside it")
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic != b"GGUF":
+        raise ModelFileError(f"{path} is not a GGUF file", "convert it with llama.cpp's convert_hf_to_gguf.py or download a .gguf")
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How a model is placed: GPU layers, and whether llama.cpp may use extra (repacked/AMX) buffers."""
+
+    gpu_layers: int = 0
+    use_extra_bufts: bool = True
+
+
+class Model:
+    """A loaded GGUF model and its vocabulary."""
+
+    def __init__(self, path: Path | str, options: LoadOptions = LoadOptions()):
+        init_backend()
+        lib = _llama()
+        self.path = Path(path)
+        check_gguf_file(self.path)
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = options.gpu_layers
+        params.use_extra_bufts = options.use_extra_bufts
+        self._params = params
+        self.ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
+        if not self.ptr:
+            raise ModelFileError(
+                f"llama.cpp could not load {self.path} (truncated, corrupted or an unsupported architecture)",
+                "re-download the file; SPECRUN_DEBUG=1 shows llama.cpp's reason",
+            )
+        self.vocab = lib.llama_model_get_vocab(self.ptr)
+        self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
+        self.n_ctx_train = lib.llama_model_n_ctx_train(self.ptr)
+        self.add_bos = bool(lib.llama_vocab_get_add_bos(self.vocab))
+        self._eog = np.array([bool(lib.llama_vocab_is_eog(self.vocab, t)) for t in range(self.n_vocab)])
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._eog[token])
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Text → token ids; `parse_special` lets chat-template markers become control tokens."""
+        lib = _llama()
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        buf = (lib.llama_token * capacity)()
+        n = lib.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (lib.llama_token * capacity)()
+            n = lib.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for (control tokens render as nothing)."""
+        lib = _llama()
+        buf = ctypes.create_string_buffer(64)
+        n = lib.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lib.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+        return buf.raw[:n]
+
+    def chat_template(self) -> str | None:
+        raw = _llama().llama_model_chat_template(self.ptr, None)
+        return raw.decode("utf-8", "replace") if raw else None
+
+    def apply_chat_template(self, messages: Sequence[dict], add_assistant: bool = True) -> str:
+        """Format messages with the template in the GGUF metadata (llama.cpp's built-in template support)."""
+        lib = _llama()
+        template = _llama().llama_model_chat_template(self.ptr, None)
+        if not template:
+            raise SpecrunError(f"{self.path.name} has no chat template in its metadata", "use --raw to feed the prompt as is")
+        encoded = [(m["role"].encode(), m["content"].encode()) for m in messages]
+        array = (lib.llama_chat_message * len(encoded))()
+        for slot, (role, content) in zip(array, encoded):
+            slot.role, slot.content = role, content
+        size = sum(len(r) + len(c) for r, c in encoded) * 2 + 256
+        for _ in range(2):
+            buf = ctypes.create_string_buffer(size)
+            n = lib.llama_chat_apply_template(template, array, len(encoded), add_assistant, buf, size)
+            if n < 0:
+                raise SpecrunError(
+                    f"the chat template of {self.path.name} is not one llama.cpp knows", "use --raw and format the prompt yourself"
+                )
+            if n <= size:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = n + 1
+        raise SpecrunError("chat template output kept growing", "use --raw")
+
+    def close(self) -> None:
+        if self.ptr:
+            _llama().llama_model_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class Context:
+    """One inference context (KV cache) on a model, with the tokens it holds tracked in Python.
+
+    `tokens` mirrors the KV cache exactly: decode appends, trim drops a tail. Drafters and the loop use
+    it to reuse the longest common prefix instead of re-feeding history.
+    """
+
+    def __init__(self, model: Model, *, n_ctx: int, n_threads: int, n_batch: int = 512, max_outputs: int = 64):
+        lib = _llama()
+        self.model = model
+        params = lib.llama_context_default_params()
+        params.n_ctx = n_ctx
+        params.n_batch = max(n_batch, max_outputs)
+        params.n_ubatch = max(n_batch, max_outputs)
+        params.n_seq_max = 1
+        params.n_threads = n_threads
+        params.n_threads_batch = n_threads
+        params.no_perf = True
+        self._params = params
+        self.ptr = lib.llama_init_from_model(model.ptr, params)
+        if not self.ptr:
+            raise SpecrunError(f"llama.cpp could not create a context of {n_ctx} tokens", "lower --ctx-size")
+        self.n_ctx = lib.llama_n_ctx(self.ptr)
+        self.n_batch = params.n_batch
+        self.memory = lib.llama_get_memory(self.ptr)
+        self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
+        self.tokens: list[int] = []
+        self.decode_seconds = 0.0  # time inside llama_decode, to tell engine overhead from model time
+
+    def decode(self, tokens: Sequence[int], logits: str = "last") -> np.ndarray | None:
+        """Append tokens to the cache; return logits rows ("last": shape (n_vocab,), "all": (n, n_vocab), "none").
+
+        Long inputs are split into n_batch chunks; only the final chunk asks for logits.
+        """
+        if not tokens:
+            raise ValueError("decode needs at least one token")
+        if len(self.tokens) + len(tokens) > self.n_ctx:
+            raise ContextOverflowError(
+                f"{len(self.tokens) + len(tokens)} tokens do not fit in the context of {self.n_ctx}",
+                "raise --ctx-size or shorten the prompt",
+            )
+        if logits == "all" and len(tokens) > self.n_batch:
+            raise ValueError("logits for every position need the tokens in one batch")
+        result = None
+        for start in range(0, len(tokens), self.n_batch):
+            chunk = tokens[start : start + self.n_batch]
+            final = start + self.n_batch >= len(tokens)
+            mode = logits if final else "none"
+            self._decode_chunk(chunk, mode)
+            if final and mode != "none":
+                result = self._logits(len(chunk) if mode == "all" else 1)
+        return result if logits != "last" else result[0]
+
+    def _decode_chunk(self, chunk: Sequence[int], mode: str) -> None:
+        lib = _llama()
+        batch = self.batch
+        base = len(self.tokens)
+        n = len(chunk)
+        batch.n_tokens = n
+        for i, token in enumerate(chunk):
+            batch.token[i] = token
+            batch.pos[i] = base + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = 1 if mode == "all" or (mode == "last" and i == n - 1) else 0
+        start = time.perf_counter()
+        status = lib.llama_decode(self.ptr, batch)
+        self.decode_seconds += time.perf_counter() - start
+        if status != 0:
+            raise SpecrunError(f"llama_decode failed with status {status}", "raise --ctx-size; SPECRUN_DEBUG=1 shows details")
+        self.tokens.extend(chunk)
+
+    def _logits(self, rows: int) -> np.ndarray:
+        pointer = _llama().llama_get_logits(self.ptr)
+        view = np.ctypeslib.as_array(pointer, shape=(rows, self.model.n_vocab))
+        return view.copy()
+
+    def trim(self, n_keep: int) -> None:
+        """Drop every cached position from n_keep on (rejected draft tokens, diverged history)."""
+        if n_keep >= len(self.tokens):
+            return
+        if not _llama().llama_memory_seq_rm(self.memory, 0, n_keep, -1):
+            raise SpecrunError("llama.cpp could not trim its KV cache", "this model's cache type cannot rewind; use --draft none")
+        del self.tokens[n_keep:]
+
+    def common_prefix(self, history: Sequence[int]) -> int:
+        """Length of the longest prefix shared by the cache and `history`."""
+        n = min(len(self.tokens), len(history))
+        i = 0
+        cached = self.tokens
+        while i < n and cached[i] == history[i]:
+            i += 1
+        return i
+
+    def close(self) -> None:
+        lib = _llama()
+        if getattr(self, "batch", None) is not None:
+            lib.llama_batch_free(self.batch)
+            self.batch = None
+        if getattr(self, "ptr", None):
+            lib.llama_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,92 @@
+"""Counters and timers of one generation, and the figures users see (JSON-ready)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Stats:
+    """Everything measured during one generation. Times in seconds."""
+
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    steps: int = 0  # target verification passes after the first token
+    drafted: int = 0
+    accepted: int = 0
+    drafted_by_position: list[int] = field(default_factory=list)
+    accepted_by_position: list[int] = field(default_factory=list)
+    prefill_time: float = 0.0
+    time_to_first_token: float = 0.0
+    total_time: float = 0.0
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    llama_decode_time: float = 0.0  # inside llama_decode after the prefill
+    stop_reason: str = ""
+
+    def record_step(self, drafted: int, accepted: int, draft_time: float, verify_time: float) -> None:
+        """Count one draft → verify step."""
+        self.steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        self.draft_time += draft_time
+        self.verify_time += verify_time
+        while len(self.drafted_by_position) < drafted:
+            self.drafted_by_position.append(0)
+            self.accepted_by_position.append(0)
+        for i in range(drafted):
+            self.drafted_by_position[i] += 1
+            if i < accepted:
+                self.accepted_by_position[i] += 1
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def decode_tokens_per_second(self) -> float | None:
+        """Tokens after the first, over the time after the first: the steady-state speed."""
+        span = self.total_time - self.time_to_first_token
+        return (self.generated_tokens - 1) / span if self.generated_tokens > 1 and span > 0 else None
+
+    @property
+    def mean_tokens_per_step(self) -> float | None:
+        return (self.generated_tokens - 1) / self.steps if self.steps else None
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
+
+    @property
+    def overhead_fraction(self) -> float | None:
+        """Share of the post-prefill time spent outside llama_decode (Python, sampling, bookkeeping)."""
+        span = self.total_time - self.prefill_time
+        return max(0.0, 1.0 - self.llama_decode_time / span) if span > 0 else None
+
+    def to_dict(self) -> dict:
+        """The statistics as documented in the README's JSON schema."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "generated_tokens": self.generated_tokens,
+            "time_to_first_token_s": round(self.time_to_first_token, 6),
+            "decode_tokens_per_s": _round(self.decode_tokens_per_second),
+            "total_time_s": round(self.total_time, 6),
+            "prefill_time_s": round(self.prefill_time, 6),
+            "steps": self.steps,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": _round(self.acceptance_rate),
+            "mean_tokens_per_step": _round(self.mean_tokens_per_step),
+            "acceptance_by_position": [round(x, 4) for x in self.acceptance_by_position],
+            "drafted_by_position": list(self.drafted_by_position),
+            "accepted_by_position": list(self.accepted_by_position),
+            "draft_time_s": round(self.draft_time, 6),
+            "verify_time_s": round(self.verify_time, 6),
+            "llama_decode_time_s": round(self.llama_decode_time, 6),
+            "overhead_fraction": _round(self.overhead_fraction),
+            "stop_reason": self.stop_reason,
+        }
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)

@@ -1,0 +1,45 @@
+"""Token bytes → text as it streams: UTF-8 sequences split across tokens and stop strings spanning
+steps are handled by holding back only what could still change."""
+
+from __future__ import annotations
+
+import codecs
+from typing import Sequence
+
+
+class TextAssembler:
+    """Feeds token pieces in, hands out text that is final, and notices stop strings."""
+
+    def __init__(self, stops: Sequence[str] = ()):
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._stops = [s for s in stops if s]
+        self._hold = max((len(s) for s in self._stops), default=1) - 1
+        self._pending = ""
+        self.stopped = False
+        self.text = ""  # everything emitted so far
+
+    def feed(self, piece: bytes) -> str:
+        """Add a token's bytes; return the text now safe to emit (empty after a stop string)."""
+        if self.stopped:
+            return ""
+        self._pending += self._decoder.decode(piece)
+        return self._release(final=False)
+
+    def finish(self) -> str:
+        """End of generation: release whatever is held back."""
+        if self.stopped:
+            return ""
+        self._pending += self._decoder.decode(b"", final=True)
+        return self._release(final=True)
+
+    def _release(self, final: bool) -> str:
+        cut = min((i for i in (self._pending.find(s) for s in self._stops) if i >= 0), default=-1)
+        if cut >= 0:
+            out, self._pending, self.stopped = self._pending[:cut], "", True
+        elif final or len(self._pending) <= self._hold:
+            out, self._pending = (self._pending, "") if final else ("", self._pending)
+        else:
+            split = len(self._pending) - self._hold
+            out, self._pending = self._pending[:split], self._pending[split:]
+        self.text += out
+        return out

@@ -1,0 +1,56 @@
+"""Typed errors: each carries the one line a user sees, the hint that fixes it, and its exit code.
+
+The CLI turns any SpecrunError into `error: <message> (<hint>)` on stderr and exits with `exit_code`;
+anything else is a bug and shows a traceback only with SPECRUN_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+EXIT_INCOMPATIBLE = 3
+EXIT_INTERRUPTED = 130
+
+
+class SpecrunError(Exception):
+    """A failure a user can act on; `hint` names the fix."""
+
+    exit_code = EXIT_RUNTIME
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        """The single line shown on stderr."""
+        return f"{self.message} ({self.hint})" if self.hint else self.message
+
+
+class InputError(SpecrunError):
+    """Bad input from the user: a file, a prompt, an option value (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class ModelFileError(InputError):
+    """A model path that is missing, a directory, not GGUF, or truncated."""
+
+
+class ContextOverflowError(InputError):
+    """The prompt does not fit in the context window."""
+
+
+class IncompatibleModelsError(SpecrunError):
+    """Target and draft vocabularies differ, so the draft's tokens mean nothing to the target (exit 3)."""
+
+    exit_code = EXIT_INCOMPATIBLE
+
+
+class RegistryError(InputError):
+    """models.toml (shipped, user or --registry) is malformed or names something unknown."""
+
+
+class FetchError(SpecrunError):
+    """A model could not be fetched or assembled (offline, corrupted bundle, disk full)."""

@@ -1,0 +1,79 @@
+"""Option types shared by the commands (run, chat, bench), named as llama.cpp names them.
+
+Each is an `Annotated` alias, so a flag is spelled, documented and defaulted in one place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from . import defaults
+
+MODELS = "Models"
+SAMPLING = "Sampling"
+SPECULATION = "Speculation"
+RUNTIME = "Runtime"
+OUTPUT = "Output"
+
+Target = Annotated[
+    Optional[str],
+    typer.Option("--target", "-m", help="Target model: a .gguf path, a registry name, or hf:OWNER/REPO/FILE.gguf. Default: the default pair's target.", rich_help_panel=MODELS),
+]
+Draft = Annotated[
+    Optional[str],
+    typer.Option("--draft", "-md", help="Draft model (same forms as --target), or 'none' for plain decoding. Default: the pair's draft.", rich_help_panel=MODELS),
+]
+PairName = Annotated[
+    Optional[str], typer.Option("--pair", help="A pair from the registry (see `specrun pairs`).", rich_help_panel=MODELS)
+]
+Registry = Annotated[
+    Optional[Path], typer.Option("--registry", help="Extra models.toml merged over the shipped and user registries.", rich_help_panel=MODELS)
+]
+MaxTokens = Annotated[
+    int, typer.Option("--max-tokens", "-n", min=0, help="Tokens to generate at most.", rich_help_panel=SAMPLING)
+]
+Temperature = Annotated[
+    float, typer.Option("--temperature", "--temp", min=0.0, help="Sampling temperature; 0 is greedy.", rich_help_panel=SAMPLING)
+]
+TopK = Annotated[int, typer.Option("--top-k", min=0, help="Keep the k most likely tokens (0: all).", rich_help_panel=SAMPLING)]
+TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1: off).", rich_help_panel=SAMPLING)]
+MinP = Annotated[float, typer.Option("--min-p", min=0.0, max=1.0, help="Drop tokens below this fraction of the top probability (0: off).", rich_help_panel=SAMPLING)]
+Seed = Annotated[
+    Optional[int], typer.Option("--seed", "-s", help="Random seed for reproducible sampling (default: random, reported in --json).", rich_help_panel=SAMPLING)
+]
+Stop = Annotated[
+    Optional[list[str]], typer.Option("--stop", help="Stop when this text appears (repeatable); the stop text is not printed.", rich_help_panel=SAMPLING)
+]
+IgnoreEos = Annotated[
+    bool, typer.Option("--ignore-eos", help="Keep generating past end-of-generation tokens (for benchmarks).", rich_help_panel=SAMPLING)
+]
+DraftMax = Annotated[
+    int, typer.Option("--draft-max", min=0, help="K: draft tokens verified per target pass.", rich_help_panel=SPECULATION)
+]
+CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", min=16, help="Context size in tokens (prompt + answer).", rich_help_panel=RUNTIME)]
+Threads = Annotated[int, typer.Option("--threads", "-t", min=0, help="CPU threads (0: all cores).", rich_help_panel=RUNTIME)]
+GpuLayers = Annotated[
+    Optional[int], typer.Option("--gpu-layers", "-ngl", min=0, help="Target layers on the GPU (default: all when the build can offload, else 0).", rich_help_panel=RUNTIME)
+]
+DraftGpuLayers = Annotated[
+    Optional[int], typer.Option("--draft-gpu-layers", "-ngld", min=0, help="Draft layers on the GPU (default: as --gpu-layers).", rich_help_panel=RUNTIME)
+]
+Chat = Annotated[
+    bool, typer.Option("--chat/--raw", help="Format the prompt with the target's chat template (default) or feed it as is.", rich_help_panel=SAMPLING)
+]
+System = Annotated[Optional[str], typer.Option("--system", help="System prompt (chat mode).", rich_help_panel=SAMPLING)]
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON document (text and statistics) instead of streaming.", rich_help_panel=OUTPUT)]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No status line or summary on stderr.", rich_help_panel=OUTPUT)]
+
+DEFAULTS = {
+    "max_tokens": defaults.MAX_TOKENS,
+    "temperature": defaults.TEMPERATURE,
+    "top_k": defaults.TOP_K,
+    "top_p": defaults.TOP_P,
+    "min_p": defaults.MIN_P,
+    "draft_max": defaults.DRAFT_MAX,
+    "ctx_size": defaults.CTX_SIZE,
+}

@@ -1,0 +1,104 @@
+"""All terminal output goes through one Output object.
+
+stdout carries only generated text (or one JSON document); status, progress, warnings, errors and
+summaries go to stderr, decorated only when stderr is a terminal. When stdout and stderr are the same
+terminal, the live status line sits on the line below the text and is redrawn in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TextIO
+
+SAVE, RESTORE, DOWN, UP, CLEAR = "\x1b7", "\x1b8", "\x1bD", "\x1bM", "\r\x1b[K"
+
+
+def same_terminal(a: TextIO, b: TextIO) -> bool:
+    """True when both streams are the same TTY device."""
+    try:
+        if not (a.isatty() and b.isatty()):
+            return False
+        sa, sb = os.fstat(a.fileno()), os.fstat(b.fileno())
+        return (sa.st_dev, sa.st_ino, sa.st_rdev) == (sb.st_dev, sb.st_ino, sb.st_rdev)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+class Output:
+    """Routes text, status, warnings and JSON to the right stream."""
+
+    def __init__(self, *, quiet: bool = False, json_mode: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None):
+        self.out = stdout or sys.stdout
+        self.err = stderr or sys.stderr
+        self.quiet = quiet
+        self.json_mode = json_mode
+        self.live = self._isatty(self.err) and not quiet
+        self.shared = self.live and same_terminal(self.out, self.err)
+        self._status_shown = False
+        self.wrote_text = False
+        self.ends_with_newline = True
+
+    @staticmethod
+    def _isatty(stream: TextIO) -> bool:
+        try:
+            return stream.isatty()
+        except (AttributeError, ValueError):
+            return False
+
+    def text(self, chunk: str) -> None:
+        """Generated text: to stdout, flushed at once (nothing in --json mode)."""
+        if self.json_mode or not chunk:
+            return
+        if self.shared and self._status_shown:
+            self.err.write(SAVE + DOWN + CLEAR + RESTORE)
+            self.err.flush()
+            self._status_shown = False
+        self.out.write(chunk)
+        self.out.flush()
+        self.wrote_text = True
+        self.ends_with_newline = chunk.endswith("\n")
+
+    def status(self, line: str) -> None:
+        """The live status line, redrawn in place; only while stderr is a terminal."""
+        if not self.live:
+            return
+        if self.shared:
+            self.err.write(DOWN + UP + SAVE + DOWN + CLEAR + line + RESTORE)
+        else:
+            self.err.write(CLEAR + line)
+        self.err.flush()
+        self._status_shown = True
+
+    def clear_status(self) -> None:
+        if not self._status_shown:
+            return
+        self.err.write(SAVE + DOWN + CLEAR + RESTORE if self.shared else CLEAR)
+        self.err.flush()
+        self._status_shown = False
+
+    def end_text(self) -> None:
+        """Finish the text stream: a newline on a terminal so the prompt does not glue to the answer."""
+        self.clear_status()
+        if self.wrote_text and not self.ends_with_newline and self._isatty(self.out) and not self.json_mode:
+            self.out.write("\n")
+            self.out.flush()
+
+    def summary(self, line: str) -> None:
+        """The one-line summary at the end (dropped by --quiet)."""
+        if self.quiet:
+            return
+        self.clear_status()
+        self.err.write(line + "\n")
+        self.err.flush()
+
+    def warn(self, line: str) -> None:
+        self.clear_status()
+        self.err.write(line + "\n")
+        self.err.flush()
+
+    def document(self, data: dict) -> None:
+        """The single JSON document of --json mode."""
+        self.out.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+        self.out.flush()

@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import sys
 
-import click
 import typer
 
 from . import __version__
-from .errors import EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, SpecrunError
+from .errors import EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, OutputClosed, SpecrunError
 from .run_command import run
 
 app = typer.Typer(
@@ -73,16 +72,16 @@ def main(argv: list[str] | None = None) -> None:
     try:
         result = app(args=argv, prog_name="specrun", standalone_mode=False)
         code = result if isinstance(result, int) else 0
-    except BrokenPipeError:
+    except (BrokenPipeError, OutputClosed):
         code = _quiet_broken_pipe()
-    except (KeyboardInterrupt, click.exceptions.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("interrupted\n")
         code = EXIT_INTERRUPTED
-    except click.exceptions.ClickException as error:
-        error.show()
-        code = error.exit_code if error.exit_code else EXIT_USAGE
-    except click.exceptions.Exit as done:
+    except typer.Exit as done:
         code = done.exit_code
+    except typer.TyperException as error:  # usage errors: bad option, missing argument
+        error.show()
+        code = getattr(error, "exit_code", EXIT_USAGE) or EXIT_USAGE
     except SpecrunError as error:
         if _debug():
             raise

@@ -54,3 +54,12 @@ class RegistryError(InputError):
 
 class FetchError(SpecrunError):
     """A model could not be fetched or assembled (offline, corrupted bundle, disk full)."""
+
+
+class OutputClosed(SpecrunError):
+    """The reader of stdout went away (`| head`): stop generating and exit quietly (exit 0)."""
+
+    exit_code = EXIT_OK
+
+    def __init__(self) -> None:
+        super().__init__("output closed")

@@ -12,6 +12,8 @@ import os
 import sys
 from typing import TextIO
 
+from .errors import OutputClosed
+
 SAVE, RESTORE, DOWN, UP, CLEAR = "\x1b7", "\x1b8", "\x1bD", "\x1bM", "\r\x1b[K"
 
 
@@ -55,8 +57,7 @@ class Output:
             self.err.write(SAVE + DOWN + CLEAR + RESTORE)
             self.err.flush()
             self._status_shown = False
-        self.out.write(chunk)
-        self.out.flush()
+        self._write_out(chunk)
         self.wrote_text = True
         self.ends_with_newline = chunk.endswith("\n")
 
@@ -82,8 +83,7 @@ class Output:
         """Finish the text stream: a newline on a terminal so the prompt does not glue to the answer."""
         self.clear_status()
         if self.wrote_text and not self.ends_with_newline and self._isatty(self.out) and not self.json_mode:
-            self.out.write("\n")
-            self.out.flush()
+            self._write_out("\n")
 
     def summary(self, line: str) -> None:
         """The one-line summary at the end (dropped by --quiet)."""
@@ -100,5 +100,12 @@ class Output:
 
     def document(self, data: dict) -> None:
         """The single JSON document of --json mode."""
-        self.out.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
-        self.out.flush()
+        self._write_out(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+
+    def _write_out(self, text: str) -> None:
+        """Write to stdout; a closed reader becomes OutputClosed (click would turn it into exit 1)."""
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError as error:
+            raise OutputClosed() from error

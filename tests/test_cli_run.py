@@ -1,0 +1,175 @@
+"""`specrun run` as shell scripts use it: prompts from arguments and pipes, --json, exit codes, bad
+input as one line, a closed pipe, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from cli_helpers import ENV, popen, specrun
+from tiny_models import write_tiny_gguf
+
+GREEDY = ["--temp", "0", "--raw", "--ignore-eos"]
+
+
+def models(tiny_target, tiny_draft):
+    return ["--target", tiny_target, "--draft", tiny_draft]
+
+
+def run_json(*args, stdin=None) -> dict:
+    result = specrun("run", *args, "--json", stdin=stdin)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_argument_prompt_streams_text_and_summarises_on_stderr(tiny_target, tiny_draft):
+    result = specrun("run", "hello", *models(tiny_target, tiny_draft), "-n", "12", *GREEDY)
+    assert result.returncode == 0
+    assert result.stdout and "Traceback" not in result.stderr
+    assert "12 tokens" in result.stderr and "accept" in result.stderr
+
+
+def test_quiet_drops_the_summary(tiny_target):
+    result = specrun("run", "hello", "--target", tiny_target, "--draft", "none", "-n", "5", "--quiet", *GREEDY)
+    assert result.returncode == 0 and result.stderr == ""
+
+
+def test_speculative_json_equals_plain_json_text(tiny_target, tiny_draft):
+    spec = run_json(*models(tiny_target, tiny_draft), "-n", "48", *GREEDY, stdin="def fibonacci(n):\n")
+    plain = run_json("--target", tiny_target, "--draft", "none", "-n", "48", *GREEDY, stdin="def fibonacci(n):\n")
+    assert spec["text"] == plain["text"]
+    assert spec["stats"]["drafted"] > 0 and spec["stats"]["acceptance_rate"] is not None
+    assert plain["stats"]["drafted"] == 0
+
+
+def test_json_schema(tiny_target, tiny_draft):
+    doc = run_json("x", *models(tiny_target, tiny_draft), "-n", "8", *GREEDY, "--seed", "3")
+    assert set(doc) == {"text", "stats", "models", "settings"}
+    assert set(doc["stats"]) >= {
+        "prompt_tokens", "generated_tokens", "time_to_first_token_s", "decode_tokens_per_s", "total_time_s",
+        "drafted", "accepted", "acceptance_rate", "mean_tokens_per_step", "acceptance_by_position",
+        "draft_time_s", "verify_time_s", "stop_reason",
+    }
+    assert doc["models"]["target"].endswith("target.gguf") and doc["models"]["draft"].endswith("draft.gguf")
+    assert doc["settings"]["seed"] == 3 and doc["settings"]["temperature"] == 0.0
+    assert doc["stats"]["generated_tokens"] == 8
+
+
+def test_stdin_and_argument_are_joined(tiny_target):
+    joined = run_json("second", "--target", tiny_target, "--draft", "none", "-n", "1", *GREEDY, stdin="first\n")
+    explicit = run_json("first\nsecond", "--target", tiny_target, "--draft", "none", "-n", "1", *GREEDY)
+    alone = run_json("second", "--target", tiny_target, "--draft", "none", "-n", "1", *GREEDY)
+    assert joined["stats"]["prompt_tokens"] == explicit["stats"]["prompt_tokens"] > alone["stats"]["prompt_tokens"]
+    dash = run_json("-", "--target", tiny_target, "--draft", "none", "-n", "1", *GREEDY, stdin="first\nsecond")
+    assert dash["stats"]["prompt_tokens"] == explicit["stats"]["prompt_tokens"]
+
+
+def test_seeded_sampling_is_reproducible(tiny_target, tiny_draft):
+    args = ("x", *models(tiny_target, tiny_draft), "-n", "20", "--temp", "1.0", "--seed", "42", "--raw", "--ignore-eos")
+    assert run_json(*args)["text"] == run_json(*args)["text"]
+
+
+def one_line_error(result, code: int, *words: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda d: d / "missing.gguf", ["not found"]),
+        (lambda d: d, ["directory"]),
+        (lambda d: (d / "notes.gguf").write_text("hello") and d / "notes.gguf", ["not a GGUF"]),
+    ],
+    ids=["missing", "directory", "not-gguf"],
+)
+def test_bad_model_paths_exit_2_with_one_line(tmp_path, make, words):
+    one_line_error(specrun("run", "hi", "--target", make(tmp_path), "--draft", "none"), 2, *words)
+
+
+def test_truncated_gguf_exits_2(tmp_path, tiny_target):
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(tiny_target.read_bytes()[:100_000])
+    one_line_error(specrun("run", "hi", "--target", truncated, "--draft", "none"), 2, "could not load")
+
+
+def test_prompt_longer_than_context_exits_2(tiny_target):
+    result = specrun("run", "word " * 2000, "--target", tiny_target, "--draft", "none", "-c", "256", "--raw")
+    one_line_error(result, 2, "--ctx-size")
+
+
+def test_no_prompt_exits_2(tiny_target):
+    one_line_error(specrun("run", "--target", tiny_target, "--draft", "none"), 2, "no prompt")
+
+
+def test_incompatible_pair_exits_3_before_loading_weights(tiny_target, tiny_bigger_vocab, tmp_path):
+    one_line_error(specrun("run", "hi", "--target", tiny_target, "--draft", tiny_bigger_vocab), 3, "cannot draft")
+    # A draft whose weights are garbage but whose vocabulary differs is refused on the vocabulary.
+    other = write_tiny_gguf(tmp_path / "bos.gguf", bos_id=3)
+    one_line_error(specrun("run", "hi", "--target", tiny_target, "--draft", other), 3, "BOS")
+
+
+def test_unknown_option_is_a_usage_error(tiny_target):
+    result = specrun("run", "hi", "--target", tiny_target, "--no-such-flag")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_debug_env_shows_traceback(tmp_path):
+    result = specrun("run", "hi", "--target", tmp_path / "missing.gguf", "--draft", "none", env={"SPECRUN_DEBUG": "1"})
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+LONG = ["--draft", "none", "-n", "6000", "-c", "8192", "--temp", "0", "--raw", "--ignore-eos"]
+
+
+def test_closed_pipe_ends_quietly(tiny_target):
+    proc = popen("run", "hi", "--target", tiny_target, *LONG, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc.stdout.read(10)
+    proc.stdout.close()  # like `| head -c 10`
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert b"Traceback" not in err and b"Error" not in err
+
+
+def test_ctrl_c_flushes_partial_text_and_summary_then_exits_130(tiny_target):
+    proc = popen("run", "hi", "--target", tiny_target, *LONG, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    first = proc.stdout.read(20)
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert len(first + rest) > 20
+    assert b"Traceback" not in err and b"tokens in" in err
+
+
+def test_live_status_line_on_a_terminal(tiny_target, tiny_draft):
+    """With stderr a terminal (stdout piped), a status line with tok/s and acceptance is redrawn."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specrun", "run", "hi", *models(tiny_target, tiny_draft), "-n", "40", *GREEDY],
+        stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, env=ENV,
+    )
+    os.close(follower)
+    out, _ = proc.communicate(timeout=120)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    screen = b"".join(chunks).decode("utf-8", "replace")
+    assert proc.returncode == 0
+    assert "\r\x1b[K" in screen and "tok/s" in screen and "accept" in screen
+    assert b"\x1b" not in out  # stdout stays clean text

@@ -51,7 +51,8 @@ IgnoreEos = Annotated[
     bool, typer.Option("--ignore-eos", help="Keep generating past end-of-generation tokens (for benchmarks).", rich_help_panel=SAMPLING)
 ]
 DraftMax = Annotated[
-    int, typer.Option("--draft-max", min=0, help="K: draft tokens verified per target pass.", rich_help_panel=SPECULATION)
+    Optional[int],
+    typer.Option("--draft-max", min=0, help=f"K: most draft tokens verified per target pass (default: the pair's recommendation, else {defaults.DRAFT_MAX}).", rich_help_panel=SPECULATION),
 ]
 CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", min=16, help="Context size in tokens (prompt + answer).", rich_help_panel=RUNTIME)]
 Threads = Annotated[int, typer.Option("--threads", "-t", min=0, help="CPU threads (0: all cores).", rich_help_panel=RUNTIME)]

@@ -7,10 +7,11 @@ terminal, the live status line sits on the line below the text and is redrawn in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from typing import TextIO
+from typing import Callable, Iterator, TextIO
 
 from .errors import OutputClosed
 
@@ -36,18 +37,11 @@ class Output:
         self.err = stderr or sys.stderr
         self.quiet = quiet
         self.json_mode = json_mode
-        self.live = self._isatty(self.err) and not quiet
+        self.live = isatty(self.err) and not quiet
         self.shared = self.live and same_terminal(self.out, self.err)
         self._status_shown = False
         self.wrote_text = False
         self.ends_with_newline = True
-
-    @staticmethod
-    def _isatty(stream: TextIO) -> bool:
-        try:
-            return stream.isatty()
-        except (AttributeError, ValueError):
-            return False
 
     def text(self, chunk: str) -> None:
         """Generated text: to stdout, flushed at once (nothing in --json mode)."""
@@ -82,7 +76,7 @@ class Output:
     def end_text(self) -> None:
         """Finish the text stream: a newline on a terminal so the prompt does not glue to the answer."""
         self.clear_status()
-        if self.wrote_text and not self.ends_with_newline and self._isatty(self.out) and not self.json_mode:
+        if self.wrote_text and not self.ends_with_newline and isatty(self.out) and not self.json_mode:
             self._write_out("\n")
 
     def summary(self, line: str) -> None:
@@ -109,3 +103,48 @@ class Output:
             self.out.flush()
         except BrokenPipeError as error:
             raise OutputClosed() from error
+
+
+@contextlib.contextmanager
+def progress_display(stream=None) -> Iterator[Callable[[str, int, "int | None"], None]]:
+    """A progress hook for fetch/assembly: a rich bar on a terminal, start/finish lines otherwise."""
+    stream = stream or sys.stderr
+    if isatty(stream):
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+        tasks: dict[str, int] = {}
+        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=Console(file=stream), transient=True) as bar:
+
+            def hook(label: str, done: int, total: int | None) -> None:
+                if label not in tasks:
+                    tasks[label] = bar.add_task(label, total=total)
+                bar.update(tasks[label], completed=done, total=total)
+
+            yield hook
+        return
+    started: set[str] = set()
+
+    def lines(label: str, done: int, total: int | None) -> None:
+        if label not in started:
+            started.add(label)
+            stream.write(f"{label}{f' ({human_size(total)})' if total else ''}…\n")
+        elif total and done >= total:
+            stream.write(f"{label}: done\n")
+        stream.flush()
+
+    yield lines
+
+
+def isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "?"
+    return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"

@@ -17,6 +17,8 @@ from .engine.drafters import ModelDrafter
 from .engine.llama import Context, LoadOptions, Model
 from .engine.loop import GenerationSettings, SpeculativeLoop, Step
 from .engine.sampling import make_rng
+from .errors import InputError
+from .modelfile import check_gguf_file
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,8 @@ class Pair:
         if config.draft is not None:
             from .vocab import require_compatible
 
-            engine_llama.check_gguf_file(Path(config.target))
-            engine_llama.check_gguf_file(Path(config.draft))
+            check_gguf_file(config.target)
+            check_gguf_file(config.draft)
             require_compatible(Path(config.target), Path(config.draft))
         threads = config.threads or defaults.threads()
         self.threads = threads
@@ -87,17 +89,29 @@ class Pair:
         text = self.target_model.apply_chat_template(messages, add_assistant)
         return self.target_model.tokenize(text, add_special=True, parse_special=True)
 
-    def loop(self, settings: GenerationSettings, *, use_draft: bool = True) -> SpeculativeLoop:
-        """A generation loop over this pair's contexts (plain decoding when use_draft is False)."""
-        rng = make_rng(settings.seed)
-        drafter = None
-        if use_draft and self.has_draft:
-            drafter = ModelDrafter(self.draft_ctx, settings.sampling, rng)
-        return SpeculativeLoop(self.target_ctx, drafter, settings, rng=rng)
+    def default_mode(self) -> str:
+        return "draft" if self.has_draft else "off"
 
-    def stream(self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, use_draft: bool = True) -> Iterator[Step]:
+    def loop(self, settings: GenerationSettings, *, mode: str | None = None, use_draft: bool = True) -> SpeculativeLoop:
+        """A generation loop over this pair's contexts.
+
+        mode: "off" (plain decoding) or "draft" (the draft model); None picks "draft" when a draft is
+        loaded. `use_draft=False` is shorthand for mode "off".
+        """
+        mode = "off" if not use_draft else (mode or self.default_mode())
+        rng = make_rng(settings.seed)
+        if mode == "off":
+            return SpeculativeLoop(self.target_ctx, None, settings, rng=rng)
+        if mode == "draft":
+            if not self.has_draft:
+                raise InputError("--spec draft needs a draft model", "pass --draft FILE.gguf or use --spec off")
+            drafter = ModelDrafter(self.draft_ctx, settings.sampling, rng)
+            return SpeculativeLoop(self.target_ctx, drafter, settings, rng=rng)
+        raise InputError(f"unknown speculation mode {mode!r}", "use one of: off, draft")
+
+    def stream(self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None) -> Iterator[Step]:
         """Generate, yielding steps; the loop's `stats` are complete when the iterator ends."""
-        return self.loop(settings, use_draft=use_draft).run(prompt_tokens)
+        return self.loop(settings, mode=mode).run(prompt_tokens)
 
     def close(self) -> None:
         for obj in (self.draft_ctx, self.target_ctx, self.draft_model, self.target_model):

@@ -126,6 +126,10 @@ class Registry:
         """The one pair marked default (validation guarantees there is exactly one)."""
         return next(p for p in self.pairs.values() if p.default)
 
+    def suggest(self, name: str) -> str:
+        """A hint naming the registry models or pairs closest to `name`."""
+        return _suggest(name, [*self.models, *self.pairs], "specrun pairs")
+
     def pairs_for_target(self, model_name: str) -> list[Pair]:
         """Pairs whose target is `model_name`, the default first, so a target alone finds a draft."""
         return sorted((p for p in self.pairs.values() if p.target == model_name), key=lambda p: not p.default)

@@ -59,7 +59,7 @@ def run(
     seed: opt.Seed = None,
     stop: opt.Stop = None,
     ignore_eos: opt.IgnoreEos = False,
-    draft_max: opt.DraftMax = defaults.DRAFT_MAX,
+    draft_max: opt.DraftMax = None,
     ctx_size: opt.CtxSize = defaults.CTX_SIZE,
     threads: opt.Threads = 0,
     gpu_layers: opt.GpuLayers = None,
@@ -72,16 +72,16 @@ def run(
     """Generate text for one prompt: text to stdout, statistics to stderr (or one JSON document)."""
     out = Output(quiet=quiet, json_mode=json_output)
     text = read_prompt(prompt)
-    target_path, draft_path = resolve_models(target, draft, pair, registry, out)
+    models = resolve_models(target, draft, pair, registry, draft_max)
     seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
     config = PairConfig(
-        target_path, draft_path, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers
+        models.target, models.draft, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers
     )
     settings = GenerationSettings(
         max_tokens=max_tokens,
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
         seed=seed,
-        draft_max=draft_max,
+        draft_max=models.draft_max,
         stop=tuple(stop or ()),
         ignore_eos=ignore_eos,
     )

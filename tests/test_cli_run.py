@@ -86,7 +86,7 @@ def one_line_error(result, code: int, *words: str) -> None:
 @pytest.mark.parametrize(
     "make, words",
     [
-        (lambda d: d / "missing.gguf", ["not found"]),
+        (lambda d: d / "missing.gguf", ["does not exist"]),
         (lambda d: d, ["directory"]),
         (lambda d: (d / "notes.gguf").write_text("hello") and d / "notes.gguf", ["not a GGUF"]),
     ],
@@ -99,7 +99,7 @@ def test_bad_model_paths_exit_2_with_one_line(tmp_path, make, words):
 def test_truncated_gguf_exits_2(tmp_path, tiny_target):
     truncated = tmp_path / "truncated.gguf"
     truncated.write_bytes(tiny_target.read_bytes()[:100_000])
-    one_line_error(specrun("run", "hi", "--target", truncated, "--draft", "none"), 2, "could not load")
+    one_line_error(specrun("run", "hi", "--target", truncated, "--draft", "none"), 2, "truncated")
 
 
 def test_prompt_longer_than_context_exits_2(tiny_target):

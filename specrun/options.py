@@ -54,6 +54,21 @@ DraftMax = Annotated[
     Optional[int],
     typer.Option("--draft-max", min=0, help=f"K: most draft tokens verified per target pass (default: the pair's recommendation, else {defaults.DRAFT_MAX}).", rich_help_panel=SPECULATION),
 ]
+Spec = Annotated[
+    Optional[str],
+    typer.Option(
+        "--spec",
+        help="Speculation: off (plain decoding), draft (the draft model), ngram (prompt lookup), hybrid (lookup when it has a confident match, else the draft model), auto (picks plain, lookup or draft and K each step from measured speed). Default: auto; off with --draft none.",
+        rich_help_panel=SPECULATION,
+    ),
+]
+DraftMin = Annotated[
+    int, typer.Option("--draft-min", min=0, help="Draft at least this many tokens before --draft-p-min may stop the draft model.", rich_help_panel=SPECULATION)
+]
+DraftPMin = Annotated[
+    float,
+    typer.Option("--draft-p-min", min=0.0, max=1.0, help="The draft model stops drafting when its top probability falls below this.", rich_help_panel=SPECULATION),
+]
 CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", min=16, help="Context size in tokens (prompt + answer).", rich_help_panel=RUNTIME)]
 Threads = Annotated[int, typer.Option("--threads", "-t", min=0, help="CPU threads (0: all cores).", rich_help_panel=RUNTIME)]
 GpuLayers = Annotated[

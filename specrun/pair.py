@@ -13,7 +13,11 @@ from typing import Callable, Iterator, Sequence
 
 from . import defaults
 from .engine import llama as engine_llama
+from .engine.control import Controller
 from .engine.drafters import ModelDrafter
+from .engine.hybrid import HybridDrafter
+from .engine.policy import AutoPolicy, FixedPolicy
+from .engine.prompt_lookup import PromptLookupDrafter
 from .engine.llama import Context, LoadOptions, Model
 from .engine.loop import GenerationSettings, SpeculativeLoop, Step
 from .engine.sampling import make_rng
@@ -35,6 +39,7 @@ class PairConfig:
 
 
 _AMX_WARNED = False
+MODES = ("off", "draft", "ngram", "hybrid", "auto")
 
 
 def load_options(gpu_layers: int | None, warn: Callable[[str], None]) -> LoadOptions:
@@ -90,24 +95,42 @@ class Pair:
         return self.target_model.tokenize(text, add_special=True, parse_special=True)
 
     def default_mode(self) -> str:
-        return "draft" if self.has_draft else "off"
+        return defaults.SPEC_MODE
 
     def loop(self, settings: GenerationSettings, *, mode: str | None = None, use_draft: bool = True) -> SpeculativeLoop:
         """A generation loop over this pair's contexts.
 
-        mode: "off" (plain decoding) or "draft" (the draft model); None picks "draft" when a draft is
-        loaded. `use_draft=False` is shorthand for mode "off".
+        mode: "off" (plain decoding), "draft" (the draft model), "ngram" (prompt lookup), "hybrid"
+        (lookup when it has a confident match, else the draft model) or "auto" (chosen per step from
+        measured costs and acceptance); None is the default mode. `use_draft=False` means "off".
         """
         mode = "off" if not use_draft else (mode or self.default_mode())
         rng = make_rng(settings.seed)
-        if mode == "off":
-            return SpeculativeLoop(self.target_ctx, None, settings, rng=rng)
+        policy = self.policy(mode, settings, rng)
+        return SpeculativeLoop(self.target_ctx, policy, settings, rng=rng, draft_ctx=self.draft_ctx)
+
+    def policy(self, mode: str, settings: GenerationSettings, rng) -> FixedPolicy | AutoPolicy:
+        """The per-step drafting policy for a mode (fresh state: estimates are per generation)."""
+        if mode not in MODES:
+            raise InputError(f"unknown speculation mode {mode!r}", f"use one of: {', '.join(MODES)}")
+        model = None
+        if self.has_draft:
+            model = ModelDrafter(self.draft_ctx, settings.sampling, rng, p_min=settings.draft_p_min, min_draft=settings.draft_min)
+        elif mode in ("draft", "hybrid"):
+            raise InputError(f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec ngram or off")
+        k = settings.draft_max
+        if mode == "off" or k <= 0:
+            return FixedPolicy(None, 0)
         if mode == "draft":
-            if not self.has_draft:
-                raise InputError("--spec draft needs a draft model", "pass --draft FILE.gguf or use --spec off")
-            drafter = ModelDrafter(self.draft_ctx, settings.sampling, rng)
-            return SpeculativeLoop(self.target_ctx, drafter, settings, rng=rng)
-        raise InputError(f"unknown speculation mode {mode!r}", "use one of: off, draft")
+            return FixedPolicy(model, k)
+        lookup = PromptLookupDrafter(max_draft=max(k, defaults.AUTO_K_MAX))
+        if mode == "ngram":
+            return FixedPolicy(lookup, k)
+        if mode == "hybrid":
+            return FixedPolicy(HybridDrafter(lookup, model), k)
+        names = [lookup.name] + ([model.name] if model is not None else [])
+        controller = Controller(names, k_max=max(k, defaults.AUTO_K_MAX), k_start=min(k, defaults.DRAFT_MAX))
+        return AutoPolicy(controller, lookup, model)
 
     def stream(self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None) -> Iterator[Step]:
         """Generate, yielding steps; the loop's `stats` are complete when the iterator ends."""

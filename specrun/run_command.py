@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,7 +18,7 @@ from .errors import InputError
 from .output import Output
 from .pair import Pair, PairConfig
 from .prompt_input import read_prompt
-from .resolve import resolve_models
+from .resolve import is_none, resolve_models
 
 
 def status_line(stats: Stats, elapsed: float, label: str) -> str:
@@ -29,6 +30,14 @@ def status_line(stats: Stats, elapsed: float, label: str) -> str:
         parts.append(f"{stats.mean_tokens_per_step:.2f} tok/step")
     parts.append(label)
     return " · ".join(parts)
+
+
+def mode_label(stats: Stats, mode: str, label: str) -> str:
+    """What drafted: the fixed mode's label, or for auto how many steps each choice got."""
+    if mode != "auto" or not stats.by_drafter:
+        return label
+    parts = [f"{name} {counts['steps']}" for name, counts in sorted(stats.by_drafter.items(), key=lambda kv: -kv[1]["steps"])]
+    return "auto steps: " + ", ".join(parts)
 
 
 def summary_line(stats: Stats, label: str) -> str:
@@ -45,6 +54,13 @@ def summary_line(stats: Stats, label: str) -> str:
     return " · ".join(parts)
 
 
+def spec_mode(spec: str | None, draft: str | None) -> str:
+    """--spec as given; otherwise plain decoding for `--draft none`, else the default (auto)."""
+    if spec:
+        return spec
+    return "off" if is_none(draft) else defaults.SPEC_MODE
+
+
 def run(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or a pipe reads stdin (both given: stdin first).")] = None,
     target: opt.Target = None,
@@ -59,7 +75,10 @@ def run(
     seed: opt.Seed = None,
     stop: opt.Stop = None,
     ignore_eos: opt.IgnoreEos = False,
+    spec: opt.Spec = None,
     draft_max: opt.DraftMax = None,
+    draft_min: opt.DraftMin = defaults.DRAFT_MIN,
+    draft_p_min: opt.DraftPMin = defaults.DRAFT_P_MIN,
     ctx_size: opt.CtxSize = defaults.CTX_SIZE,
     threads: opt.Threads = 0,
     gpu_layers: opt.GpuLayers = None,
@@ -82,6 +101,8 @@ def run(
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
         seed=seed,
         draft_max=models.draft_max,
+        draft_min=draft_min,
+        draft_p_min=draft_p_min,
         stop=tuple(stop or ()),
         ignore_eos=ignore_eos,
     )
@@ -93,45 +114,42 @@ def run(
                 f"the prompt is {len(tokens)} tokens but the context holds {loaded.target_ctx.n_ctx}",
                 f"raise --ctx-size above {len(tokens) + max_tokens} or shorten the prompt",
             )
-        generate(loaded, tokens, settings, out, seed)
+        generate(loaded, tokens, settings, out, seed, spec_mode(spec, draft))
     finally:
         loaded.close()
 
 
-def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out: Output, seed: int) -> None:
+def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out: Output, seed: int, mode: str) -> None:
     """Stream one generation through `out`; on Ctrl-C flush what was generated, then re-raise."""
-    import time
-
-    loop = loaded.loop(settings)
-    label = f"draft K={settings.draft_max}" if loop.drafter is not None else "plain"
+    loop = loaded.loop(settings, mode=mode)
     pieces: list[str] = []
     started = time.perf_counter()
     try:
         for step in loop.run(tokens):
             pieces.append(step.text)
             out.text(step.text)
-            out.status(status_line(loop.stats, time.perf_counter() - started, label))
+            out.status(status_line(loop.stats, time.perf_counter() - started, loop.policy.label()))
     except KeyboardInterrupt:
         tail = loop.flush_text()
         pieces.append(tail)
         out.text(tail)
         loop.stats.stop_reason = "interrupted"
-        _finish(loaded, loop.stats, settings, out, "".join(pieces), label, seed)
+        _finish(loaded, loop.stats, settings, out, "".join(pieces), mode, loop.policy.label(), seed)
         raise
-    _finish(loaded, loop.stats, settings, out, "".join(pieces), label, seed)
+    _finish(loaded, loop.stats, settings, out, "".join(pieces), mode, loop.policy.label(), seed)
 
 
-def _finish(loaded: Pair, stats: Stats, settings: GenerationSettings, out: Output, text: str, label: str, seed: int) -> None:
+def _finish(loaded: Pair, stats: Stats, settings: GenerationSettings, out: Output, text: str, mode: str, label: str, seed: int) -> None:
     out.end_text()
     if stats.stop_reason == "context":
         out.warn(f"stopped: the context of {loaded.target_ctx.n_ctx} tokens is full (raise --ctx-size)")
     if out.json_mode:
-        out.document(result_document(loaded, stats, settings, text, seed))
+        out.document(result_document(loaded, stats, settings, text, seed, mode))
     else:
-        out.summary(summary_line(stats, label))
+        out.summary(summary_line(stats, mode_label(stats, mode, label)))
 
 
-def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, text: str, seed: int) -> dict:
+def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, text: str, seed: int, mode: str) -> dict:
     """The --json document: text, statistics, models and settings (schema in the README)."""
     config = loaded.config
     return {
@@ -142,14 +160,16 @@ def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, te
             "draft": str(Path(config.draft).resolve()) if config.draft else None,
         },
         "settings": {
-            "mode": "draft" if loaded.has_draft else "off",
+            "mode": mode,
             "max_tokens": settings.max_tokens,
             "temperature": settings.sampling.temperature,
             "top_k": settings.sampling.top_k,
             "top_p": settings.sampling.top_p,
             "min_p": settings.sampling.min_p,
             "seed": seed,
-            "draft_max": settings.draft_max if loaded.has_draft else 0,
+            "draft_max": settings.draft_max,
+            "draft_min": settings.draft_min,
+            "draft_p_min": settings.draft_p_min,
             "stop": list(settings.stop),
             "ignore_eos": settings.ignore_eos,
             "ctx_size": loaded.target_ctx.n_ctx,

@@ -29,7 +29,7 @@ def run_json(*args, stdin=None) -> dict:
 
 
 def test_argument_prompt_streams_text_and_summarises_on_stderr(tiny_target, tiny_draft):
-    result = specrun("run", "hello", *models(tiny_target, tiny_draft), "-n", "12", *GREEDY)
+    result = specrun("run", "hello", *models(tiny_target, tiny_draft), "-n", "12", *GREEDY, "--spec", "draft")
     assert result.returncode == 0
     assert result.stdout and "Traceback" not in result.stderr
     assert "12 tokens" in result.stderr and "accept" in result.stderr
@@ -41,7 +41,7 @@ def test_quiet_drops_the_summary(tiny_target):
 
 
 def test_speculative_json_equals_plain_json_text(tiny_target, tiny_draft):
-    spec = run_json(*models(tiny_target, tiny_draft), "-n", "48", *GREEDY, stdin="def fibonacci(n):\n")
+    spec = run_json(*models(tiny_target, tiny_draft), "-n", "48", *GREEDY, "--spec", "draft", stdin="def fibonacci(n):\n")
     plain = run_json("--target", tiny_target, "--draft", "none", "-n", "48", *GREEDY, stdin="def fibonacci(n):\n")
     assert spec["text"] == plain["text"]
     assert spec["stats"]["drafted"] > 0 and spec["stats"]["acceptance_rate"] is not None
@@ -70,9 +70,22 @@ def test_stdin_and_argument_are_joined(tiny_target):
     assert dash["stats"]["prompt_tokens"] == explicit["stats"]["prompt_tokens"]
 
 
-def test_seeded_sampling_is_reproducible(tiny_target, tiny_draft):
-    args = ("x", *models(tiny_target, tiny_draft), "-n", "20", "--temp", "1.0", "--seed", "42", "--raw", "--ignore-eos")
+@pytest.mark.parametrize("mode", ["off", "draft", "ngram", "hybrid"])
+def test_seeded_sampling_is_reproducible_in_fixed_modes(tiny_target, tiny_draft, mode):
+    args = ("x", *models(tiny_target, tiny_draft), "-n", "20", "--temp", "1.0", "--seed", "42", "--raw", "--ignore-eos", "--spec", mode)
     assert run_json(*args)["text"] == run_json(*args)["text"]
+
+
+def test_draft_none_means_plain_decoding_and_auto_is_the_default(tiny_target, tiny_draft):
+    plain = run_json("x", "--target", tiny_target, "--draft", "none", "-n", "10", *GREEDY)
+    assert plain["settings"]["mode"] == "off" and plain["stats"]["drafted"] == 0
+    auto = run_json("x", *models(tiny_target, tiny_draft), "-n", "10", *GREEDY)
+    assert auto["settings"]["mode"] == "auto" and auto["stats"]["policy"]["choices"]
+    assert auto["text"] == plain["text"]
+
+
+def test_unknown_spec_mode_is_a_usage_error(tiny_target):
+    one_line_error(specrun("run", "x", "--target", tiny_target, "--spec", "turbo"), 2, "auto")
 
 
 def one_line_error(result, code: int, *words: str) -> None:
@@ -154,7 +167,7 @@ def test_live_status_line_on_a_terminal(tiny_target, tiny_draft):
     """With stderr a terminal (stdout piped), a status line with tok/s and acceptance is redrawn."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specrun", "run", "hi", *models(tiny_target, tiny_draft), "-n", "40", *GREEDY],
+        [sys.executable, "-m", "specrun", "run", "hi", *models(tiny_target, tiny_draft), "-n", "40", *GREEDY, "--spec", "draft"],
         stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, env=ENV,
     )
     os.close(follower)

@@ -20,8 +20,8 @@ def settings(**kw) -> GenerationSettings:
     return GenerationSettings(**base)
 
 
-def run(pair: Pair, prompt: str, use_draft: bool, **kw):
-    loop = pair.loop(settings(**kw), use_draft=use_draft)
+def run(pair: Pair, prompt: str, use_draft: bool, mode: str = "draft", **kw):
+    loop = pair.loop(settings(**kw), mode=mode if use_draft else "off")
     steps = list(loop.run(pair.prompt_tokens(prompt, chat=False)))
     tokens = [t for s in steps for t in s.tokens]
     return tokens, "".join(s.text for s in steps), loop.stats, steps
@@ -73,7 +73,7 @@ def fresh_logits(model: Model, tokens: list[int]) -> np.ndarray:
 
 
 def test_kv_caches_match_a_fresh_context_after_partial_and_full_acceptance(draft_pair):
-    loop = draft_pair.loop(settings(max_tokens=60), use_draft=True)
+    loop = draft_pair.loop(settings(max_tokens=60), mode="draft")
     prompt = draft_pair.prompt_tokens("kv check", chat=False)
     history = list(prompt)
     seen = set()
@@ -88,11 +88,11 @@ def test_kv_caches_match_a_fresh_context_after_partial_and_full_acceptance(draft
         cached = target.decode([history[-1]], "last")
         target.trim(base)
         assert np.allclose(cached, fresh_logits(draft_pair.target_model, history), atol=2e-2)
-        draft_ctx = loop.drafter.ctx
+        draft_ctx = loop.policy.drafter.ctx
         # The draft cache still holds every accepted token: at most the last drafted token (never
         # decoded) and the target's token are missing, so the next sync feeds at most two tokens.
         assert draft_ctx.common_prefix(history) >= len(history) - 2
-        logits = loop.drafter.sync(history)
+        logits = loop.policy.drafter.sync(history)
         assert draft_ctx.tokens == history
         assert np.allclose(logits, fresh_logits(draft_pair.draft_model, history), atol=2e-2)
     assert seen == {"full", "partial"}
@@ -150,7 +150,7 @@ def test_sampled_first_two_tokens_follow_the_target_distribution(close_pair, use
     counts = dict.fromkeys(exact, 0)
     drafted = 0
     for seed in range(runs):
-        loop = draft_pair.loop(settings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2), use_draft=use_draft)
+        loop = draft_pair.loop(settings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2), mode="draft" if use_draft else "off")
         tokens = [t for s in loop.run(prompt) for t in s.tokens]
         counts[(tokens[0], tokens[1])] += 1
         drafted += loop.stats.drafted
@@ -159,3 +159,41 @@ def test_sampled_first_two_tokens_follow_the_target_distribution(close_pair, use
     # the 99.9% quantile is 26.12, so a correct sampler fails this one time in a thousand.
     chi2 = sum((counts[c] - runs * p) ** 2 / (runs * p) for c, p in exact.items())
     assert chi2 < 26.12, (chi2, counts, exact)
+
+
+@pytest.mark.parametrize("mode", ["draft", "ngram", "hybrid", "auto"])
+def test_every_mode_is_lossless_at_temperature_zero(draft_pair, mode):
+    prompt = "one two three one two three one two three"
+    plain, _, _, _ = run(draft_pair, prompt, use_draft=False, max_tokens=60)
+    spec, _, stats, steps = run(draft_pair, prompt, use_draft=True, mode=mode, max_tokens=60, draft_max=6)
+    assert spec == plain
+    assert stats.steps == len(steps) - 1
+    if mode != "auto":
+        assert stats.drafted > 0
+
+
+def test_auto_reports_its_choices(draft_pair):
+    _, _, stats, steps = run(draft_pair, "abc abc abc", use_draft=True, mode="auto", max_tokens=40)
+    assert stats.policy is not None and stats.policy["choices"]
+    assert set(stats.by_drafter) <= {"plain", "ngram", "draft"}
+    assert sum(c["steps"] for c in stats.by_drafter.values()) == stats.steps
+
+
+def test_ngram_mode_needs_no_draft_model(tiny_target):
+    pair = Pair(PairConfig(tiny_target, None, ctx_size=512, threads=1))
+    try:
+        prompt = "a b c d a b c d a b c d"
+        plain, _, _, _ = run(pair, prompt, use_draft=False, max_tokens=40)
+        spec, _, stats, _ = run(pair, prompt, use_draft=True, mode="ngram", max_tokens=40)
+        assert spec == plain and stats.drafted > 0
+        with pytest.raises(Exception, match="needs a draft model"):
+            pair.loop(settings(), mode="draft")
+    finally:
+        pair.close()
+
+
+def test_draft_p_min_stops_unsure_drafts(draft_pair):
+    _, _, loose, _ = run(draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6)
+    _, _, strict, _ = run(draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6, draft_p_min=0.99, draft_min=1)
+    assert strict.drafted < loose.drafted
+    assert all(n >= 1 for n in strict.drafted_by_position[:1])

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-from .estimates import CostCurve, PositionRates
+from .estimates import CostCurve, DrafterEstimates
 
 
 def expected_tokens(acceptance: Sequence[float], k: int) -> float:
@@ -40,33 +40,28 @@ class Choice:
 PLAIN = Choice(None, 0)
 
 
-class _Track:
-    """Everything known about one drafter: acceptance and draft length by position, draft cost."""
-
-    def __init__(self, k_max: int, decay: float, cost_decay: float, probe_every: int):
-        self.accept = PositionRates(k_max, decay=decay)
-        self.length = PositionRates(k_max, decay=decay, prior=0.9)
-        self.draft_cost = CostCurve(decay=cost_decay)
-        self.steps = 0
-        self.probe_every = probe_every
-        self.next_probe = 0
-
-
 class Controller:
-    """Chooses drafter and K per step from live estimates; see the module docstring.
+    """Chooses drafter and K per step from live estimates.
 
     Estimates: per drafter, acceptance and draft length by position (decaying per step that drafter
-    runs), draft seconds by draft length; target verify seconds by batch size (plain decoding is a
-    batch of 1). Expected rate of (drafter, K) = expected tokens / expected seconds, where the
-    seconds average over the draft lengths the drafter actually produces under cap K (prompt lookup
+    runs) and draft seconds by draft length; target verify seconds by batch size (plain decoding is
+    a batch of 1). The expected rate of (drafter, K) is expected tokens over expected seconds, the
+    seconds averaged over the draft lengths the drafter actually produces under cap K (prompt lookup
     often drafts fewer than K tokens, or none).
 
-    Exploration: one plain step and `warmup_steps` steps of each drafter at `k_start` first; later a
-    drafter that is not the best is probed with K = `probe_k` every `probe_every` steps. A probe
-    that fails doubles the interval (up to `probe_every_max`); one that surprises (all accepted where
-    the estimate expected otherwise) is followed by another at once, and an empty probe from a cheap
-    drafter is retried at once, since it cost a plain step. Deeper positions than any tried borrow
-    the drafter's pooled rate, so K grows while acceptance holds up.
+    Exploration: one plain step and `warmup_steps` steps of each drafter at `k_start` first; later
+    each drafter that is not the best is probed with K = `probe_k` every `probe_every` steps. A probe
+    that fails doubles that interval (up to `probe_every_max`); one that surprises (all accepted
+    where the estimate expected otherwise) is followed by another at once, and so is an empty probe
+    of a cheap drafter while plain decoding is best, since it cost a plain step. Positions deeper
+    than any tried borrow the drafter's pooled rate, so K grows while acceptance holds up, and a
+    sudden change of acceptance drops the drafter's history (see DrafterEstimates), so K follows
+    within a few steps.
+
+    Prompt lookup knows before each step whether it has a good match, which its averages hide (a
+    code block is copied, the prose around it is not). A loop that runs the lookup drafter (named
+    `lookup`) first and passes its per-token confidences to `choose` gets that drafter judged on
+    the proposal in hand, against the best other option, instead of on its averages.
     """
 
     def __init__(
@@ -74,26 +69,35 @@ class Controller:
         drafter_names: Sequence[str],
         k_max: int,
         *,
+        lookup: str | None = "ngram",
         k_start: int = 4,
         warmup_steps: int = 3,
         probe_k: int = 2,
         probe_every: int = 16,
         probe_every_max: int = 512,
-        acceptance_decay: float = 0.92,
+        acceptance_decay: float = 0.95,
+        position_shrink: float = 4.0,
         cost_decay: float = 0.9,
+        rate_decay: float = 0.98,
     ):
         if k_max < 1:
             raise ValueError("k_max must be at least 1")
         self.k_max = k_max
+        self.lookup = lookup
         self.k_start = max(1, min(k_start, k_max))
         self.warmup_steps = warmup_steps
         self.probe_k = max(1, min(probe_k, k_max))
-        self.probe_every = probe_every
+        self.probe_base = probe_every
         self.probe_every_max = probe_every_max
         self.acceptance_decay = acceptance_decay
+        self.position_shrink = position_shrink
         self.cost_decay = cost_decay
+        self.rate_decay = rate_decay
         self.verify = CostCurve(decay=cost_decay)
-        self.tracks: dict[str, _Track] = {}
+        self.tracks: dict[str, DrafterEstimates] = {}
+        self.probe_every: dict[str, int] = {}  # per drafter: steps between probes while it is not the best
+        self.next_probe: dict[str, int] = {}
+        self._profiles: dict[str, list[tuple[float, float]] | None] = {}  # until the next observation
         for name in drafter_names:
             self._track(name)
         self.steps = 0
@@ -101,11 +105,17 @@ class Controller:
         self.reasons: Counter[str] = Counter()
         self._probing: str | None = None
         self._current: Choice | None = None
-        self._rate = 0.0  # expected tokens per second of the best configuration, as of the last choice
+        self._hinted = False  # the last choice was made with the lookup's proposal in hand
+        self._recent_tokens = 0.0  # decayed tokens and seconds of recent steps: the achieved rate
+        self._recent_seconds = 0.0
 
-    def _track(self, name: str) -> _Track:
+    def _track(self, name: str) -> DrafterEstimates:
         if name not in self.tracks:
-            self.tracks[name] = _Track(self.k_max, self.acceptance_decay, self.cost_decay, self.probe_every)
+            self.tracks[name] = DrafterEstimates(
+                self.k_max, self.acceptance_decay, self.position_shrink, self.cost_decay
+            )
+            self.probe_every[name] = self.probe_base
+            self.next_probe[name] = 0
         return self.tracks[name]
 
     # -- estimates ---------------------------------------------------------------------------
@@ -114,11 +124,15 @@ class Controller:
         """Expected tokens per second of plain decoding, once a verify time is known."""
         return 1.0 / max(self.verify(1), 1e-12) if self.verify else None
 
-    def rates(self, drafter: str) -> list[float] | None:
-        """Expected tokens per second of `drafter` for K = 1..k_max (None until its costs are known).
+    def profile(self, drafter: str) -> list[tuple[float, float]] | None:
+        """(expected tokens, expected seconds) of one step of `drafter` for K = 1..k_max; None until
+        its costs are known. Draft length m under cap K has P(m ≥ j) = Π_{i≤j} l_i, and the step
+        costs draft(m) + verify(m + 1)."""
+        if drafter not in self._profiles:
+            self._profiles[drafter] = self._profile(drafter)
+        return self._profiles[drafter]
 
-        Draft length m under cap K has P(m ≥ j) = Π_{i≤j} l_i; the step costs draft(m) + verify(m + 1).
-        """
+    def _profile(self, drafter: str) -> list[tuple[float, float]] | None:
         track = self.tracks.get(drafter)
         if track is None or not track.draft_cost or not self.verify:
             return None
@@ -129,9 +143,13 @@ class Controller:
         for k in range(1, self.k_max + 1):
             tokens += accept[k - 1]
             shorter += (reach[k - 1] - reach[k]) * cost[k - 1]
-            seconds = shorter + reach[k] * cost[k]
-            out.append(tokens / max(seconds, 1e-12))
+            out.append((tokens, max(shorter + reach[k] * cost[k], 1e-12)))
         return out
+
+    def rates(self, drafter: str) -> list[float] | None:
+        """Expected tokens per second of `drafter` for K = 1..k_max (None until its costs are known)."""
+        profile = self.profile(drafter)
+        return None if profile is None else [tokens / seconds for tokens, seconds in profile]
 
     def estimate(self, drafter: str | None, k: int) -> float | None:
         """Expected tokens per second of one configuration (None: not measured yet)."""
@@ -140,51 +158,73 @@ class Controller:
         rates = self.rates(drafter)
         return None if rates is None else rates[min(k, self.k_max) - 1]
 
-    def best(self) -> Choice:
-        """The configuration with the highest expected rate; plain decoding wins ties."""
-        return self._best()[0]
+    def best(self, *, skip: str | None = None) -> Choice:
+        """The configuration with the highest expected rate (plain decoding wins ties)."""
+        return self._best(skip)[0]
 
-    def _best(self) -> tuple[Choice, float]:
+    def _best(self, skip: str | None = None) -> tuple[Choice, float]:
         best, best_rate = PLAIN, self.plain_rate() or 0.0
         for name in self.tracks:
+            if name == skip:
+                continue
             for k, rate in enumerate(self.rates(name) or [], start=1):
                 if rate > best_rate:
                     best, best_rate = Choice(name, k), rate
         return best, best_rate
 
+    def achieved_rate(self) -> float | None:
+        """Tokens per second over recent steps, whatever ran."""
+        return self._recent_tokens / self._recent_seconds if self._recent_seconds > 0 else None
+
+    def time_value(self) -> float:
+        """Tokens a second is worth: the better of the best configuration's rate and the rate
+        achieved lately. A step is worth taking when its tokens exceed its seconds times this."""
+        skip = self.lookup if self._hinted else None
+        return max(self._best(skip)[1], self.achieved_rate() or 0.0)
+
     def trim(self, confidence: Sequence[float] | None, drafted: int) -> int:
         """How many leading draft tokens are worth verifying, given each token's confidence (the
         chance it is accepted if all before it were). None or too little measured: all of them.
+        The confidences must estimate acceptance, as prompt lookup's do; a draft model's top
+        probability does not under sampling, and cutting on it would cost accepted tokens.
 
         Token j is kept while the tokens it is expected to add are worth more than the extra verify
-        time at the current best rate, looking ahead as if later tokens were as confident as j, since
-        a concave verify cost can make several tokens pay where one alone does not. The decision at
-        token j uses confidences up to j only, so a sampled draft stays lossless.
+        time, looking ahead as if later tokens were as confident as j, since a concave verify cost
+        can make several tokens pay where one alone does not. The decision at token j uses
+        confidences up to j only, so a sampled draft stays lossless.
         """
-        if not confidence or self._rate <= 0 or not self.verify:
+        value = self.time_value()
+        if not confidence or value <= 0 or not self.verify:
             return drafted
         survive = 1.0
         for j, c in enumerate(confidence[:drafted], start=1):
             gain = survive * c
-            if gain <= self._rate * (self.verify(j + 1) - self.verify(j)) and not self._pays_ahead(j, gain, c):
+            extra = self.verify(j + 1) - self.verify(j)
+            if gain <= value * extra and not self._pays_ahead(j, gain, c, value):
                 return j - 1
             survive = gain
         return drafted
 
-    def _pays_ahead(self, j: int, gain: float, c: float) -> bool:
+    def _pays_ahead(self, j: int, gain: float, c: float, value: float) -> bool:
         base, tokens = self.verify(j), 0.0
         for end in range(j, self.k_max + 1):
             tokens += gain
             gain *= c
-            if tokens > self._rate * (self.verify(end + 1) - base):
+            if tokens > value * (self.verify(end + 1) - base):
                 return True
         return False
 
     # -- the per-step protocol ---------------------------------------------------------------
 
-    def choose(self) -> Choice:
-        """The configuration for the next step: measuring first, then the best, with sparse probes."""
-        choice = self._warmup() or self._decide()
+    def choose(self, lookup_confidence: Sequence[float] | None = None) -> Choice:
+        """The configuration for the next step: measuring first, then the best, with sparse probes.
+
+        `lookup_confidence`: the confidences of the lookup drafter's proposal for this step (drafted
+        with K = k_max; empty when it found no match). When given, a lookup choice's K is the number
+        of those tokens worth verifying, and the loop verifies that prefix of the proposal in hand.
+        """
+        self._hinted = lookup_confidence is not None and self.lookup is not None
+        choice = self._warmup() or (self._decide_hinted(lookup_confidence) if self._hinted else self._decide())
         self.choices[(choice.drafter, choice.k)] += 1
         self.reasons[choice.reason] += 1
         self._probing = choice.drafter if choice.reason == "probe" else None
@@ -196,18 +236,41 @@ class Controller:
         if 1 not in self.verify.count:
             return Choice(None, 0, "warmup")
         for name, track in self.tracks.items():
-            if track.steps < self.warmup_steps:
+            if track.steps < self.warmup_steps and not (self._hinted and name == self.lookup):
                 return Choice(name, self.k_start, "warmup")
         return None
 
-    def _decide(self) -> Choice:
-        best, self._rate = self._best()
-        for name, track in self.tracks.items():
-            if name != best.drafter and self.steps >= track.next_probe:
+    def _probe_or(self, best: Choice) -> Choice:
+        """A due probe of a drafter other than the best, else the best (whose probe interval resets)."""
+        for name, due in self.next_probe.items():
+            if name != best.drafter and self.steps >= due and not (self._hinted and name == self.lookup):
                 return Choice(name, self.probe_k, "probe")
         if best.drafter is not None:
-            self.tracks[best.drafter].probe_every = self.probe_every
+            self.probe_every[best.drafter] = self.probe_base
         return best
+
+    def _decide(self) -> Choice:
+        return self._probe_or(self.best())
+
+    def _decide_hinted(self, confidence: Sequence[float]) -> Choice:
+        """Compare, at the current value of time, the lookup's proposal in hand with the best other
+        option: each is worth its expected tokens minus its expected seconds times that value."""
+        value = self.time_value()
+        best, best_worth = PLAIN, 1.0 - value * self.verify(1)
+        for name in self.tracks:
+            if name == self.lookup:
+                continue
+            for k, (tokens, seconds) in enumerate(self.profile(name) or [], start=1):
+                if tokens - value * seconds > best_worth:
+                    best, best_worth = Choice(name, k), tokens - value * seconds
+        keep = self.trim(confidence, min(len(confidence), self.k_max))
+        if keep:
+            track = self._track(self.lookup)
+            draft_seconds = track.draft_cost(keep) if track.draft_cost else 0.0
+            tokens = expected_tokens(confidence, keep)
+            if tokens - value * (draft_seconds + self.verify(keep + 1)) > best_worth:
+                return Choice(self.lookup, keep)
+        return self._probe_or(best)
 
     def observe_step(
         self,
@@ -222,27 +285,25 @@ class Controller:
         """Fold in one step: what ran (drafter None or k 0: plain), the draft's length and accepted
         prefix, the seconds spent drafting and verifying, and the verify batch size (drafted + 1)."""
         self.steps += 1
+        self._profiles.clear()
         self.verify.add(n_batch, t_verify)
+        self._recent_tokens = self.rate_decay * self._recent_tokens + accepted + 1
+        self._recent_seconds = self.rate_decay * self._recent_seconds + t_draft + t_verify
         if drafter is None or k <= 0:
             return
         track = self._track(drafter)
         probing = self._probing == drafter
         surprise = probing and drafted > 0 and accepted == drafted and track.accept.survival(drafted)[-1] < 0.5
-        track.accept.update(k, accepted)
-        track.length.update(k, drafted)
-        track.draft_cost.add(drafted, t_draft)
-        track.steps += 1
+        track.update(k, drafted, accepted, t_draft)
         if probing:
             self._probing = None
             plain_is_best = self._current is None or self._current.drafter is None
             free = plain_is_best and drafted == 0 and t_draft <= 0.05 * self.verify(1)
-            if not (surprise or free):
-                track.probe_every = min(2 * track.probe_every, self.probe_every_max)
-                track.next_probe = self.steps + track.probe_every
-            else:
-                track.next_probe = self.steps
-        else:
-            track.next_probe = self.steps + track.probe_every
+            if surprise or free:
+                self.next_probe[drafter] = self.steps
+                return
+            self.probe_every[drafter] = min(2 * self.probe_every[drafter], self.probe_every_max)
+        self.next_probe[drafter] = self.steps + self.probe_every[drafter]
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -255,6 +316,7 @@ class Controller:
     def summary(self) -> dict:
         """Choices made and current estimates, ready for JSON."""
         plain = self.plain_rate()
+        achieved = self.achieved_rate()
         drafters = {}
         for name, track in self.tracks.items():
             rates = self.rates(name)
@@ -266,7 +328,8 @@ class Controller:
                 "draft_s_by_length": {str(m): round(s, 6) for m, s in track.draft_cost.points().items()},
                 "best_k": best_k,
                 "expected_tokens_per_s": round(rates[best_k - 1], 3) if rates else None,
-                "probe_every": track.probe_every,
+                "probe_every": self.probe_every[name],
+                "changes": track.changes,
             }
         choices = [
             {"drafter": d, "k": k, "steps": n}
@@ -279,6 +342,7 @@ class Controller:
             "choices": choices,
             "reasons": dict(self.reasons),
             "plain_tokens_per_s": round(plain, 3) if plain else None,
+            "achieved_tokens_per_s": round(achieved, 3) if achieved else None,
             "verify_s_by_batch": {str(n): round(s, 6) for n, s in self.verify.points().items()},
             "drafters": drafters,
         }

@@ -1,12 +1,13 @@
 """Running estimates that speculation decisions are made from: success rates by draft position, and
-costs by size.
+costs by size, gathered per drafter.
 
-Both forget old observations, because the text changes (prose, then a code block) and so do the
-costs (the KV cache grows). Neither reads a clock: callers pass the measured seconds in.
+All of them forget old observations, because the text changes (prose, then a code block) and so do
+the costs (the KV cache grows). None reads a clock: callers pass the measured seconds in.
 """
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 
 
@@ -38,6 +39,11 @@ class PositionRates:
             self.trials[i] += 1.0
             if i < successes:
                 self.successes[i] += 1.0
+
+    def forget(self, keep: float) -> None:
+        """Scale the evidence down at once, for when the text has visibly changed."""
+        self.successes = [s * keep for s in self.successes]
+        self.trials = [t * keep for t in self.trials]
 
     @property
     def weight(self) -> float:
@@ -115,3 +121,52 @@ class CostCurve:
     def points(self) -> dict[int, float]:
         """The measured sizes and their current averages."""
         return dict(sorted(self.mean.items()))
+
+
+CHANGE = 0.25  # the alternatives the change tests weigh: acceptance, or rejection, at a quarter
+CHANGE_EVIDENCE = 6.0  # log-likelihood ratio that counts as a change (about 400 to 1)
+
+
+class DrafterEstimates:
+    """Everything known about one drafter: acceptance and draft length by position, and draft
+    seconds by draft length."""
+
+    def __init__(self, k_max: int, decay: float = 0.95, shrink: float = 4.0, cost_decay: float = 0.9):
+        self.accept = PositionRates(k_max, decay=decay, shrink_weight=shrink)
+        self.length = PositionRates(k_max, decay=decay, shrink_weight=shrink, prior=0.9)
+        self.draft_cost = CostCurve(decay=cost_decay)
+        self.steps = 0
+        self.fell = 0.0  # evidence (log-likelihood ratios) that acceptance fell, or rose, lately
+        self.rose = 0.0
+        self.changes = 0
+
+    def update(self, k: int, drafted: int, accepted: int, t_draft: float) -> None:
+        """Fold in one step.
+
+        The averages forget slowly, which is right while the text stays alike. Two CUSUM tests
+        watch for a change of regime: outcomes far likelier under "acceptance fell to a quarter"
+        (a copied block ended) or "rejection fell to a quarter" (one began) than under the estimate.
+        Either drops most of the history, so K follows within a few steps instead of the dozens a
+        slow average needs.
+        """
+        rates = self.accept.rates(k)
+        fell = rose = 0.0
+        for a in rates[:accepted]:
+            a = min(a, 0.999)
+            fell += math.log(CHANGE)
+            rose += math.log((1 - CHANGE * (1 - a)) / a)
+        if accepted < len(rates):
+            a = min(rates[accepted], 0.999)
+            fell += math.log((1 - CHANGE * a) / (1 - a))
+            rose += math.log(CHANGE)
+        self.fell = max(0.0, self.fell + fell)
+        self.rose = max(0.0, self.rose + rose)
+        if max(self.fell, self.rose) > CHANGE_EVIDENCE:
+            self.accept.forget(0.02)
+            self.length.forget(0.02)
+            self.fell = self.rose = 0.0
+            self.changes += 1
+        self.accept.update(k, accepted)
+        self.length.update(k, drafted)
+        self.draft_cost.add(drafted, t_draft)
+        self.steps += 1

@@ -14,8 +14,9 @@ import numpy as np
 
 from .. import defaults
 from ..errors import ContextOverflowError
-from .drafters import Draft, Drafter
+from .drafters import Draft
 from .llama import Context
+from .policy import AutoPolicy, FixedPolicy, Plan
 from .sampling import SamplingParams, make_rng, sample
 from .stats import Stats
 from .text import TextAssembler
@@ -30,6 +31,8 @@ class GenerationSettings:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = None
     draft_max: int = defaults.DRAFT_MAX
+    draft_min: int = defaults.DRAFT_MIN
+    draft_p_min: float = defaults.DRAFT_P_MIN
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
 
@@ -47,29 +50,26 @@ class Step:
     finished: str | None = None  # eog | max_tokens | stop | context, on the last step
 
 
-ChooseFn = Callable[[], tuple["Drafter | None", int]]
-
-
 class SpeculativeLoop:
-    """Runs one generation on a target context with an optional drafter (or a per-step chooser)."""
+    """Runs one generation on a target context; a policy decides what is drafted each step."""
 
     def __init__(
         self,
         target: Context,
-        drafter: Drafter | None,
+        policy: FixedPolicy | AutoPolicy,
         settings: GenerationSettings,
         *,
         rng: np.random.Generator | None = None,
-        choose: ChooseFn | None = None,
-        on_step: Callable[[str | None, int, int, int, float, float, int], None] | None = None,
+        draft_ctx: Context | None = None,
+        on_step: Callable[[Plan, int, float, float], None] | None = None,
     ):
         self.target = target
         self.model = target.model
-        self.drafter = drafter
+        self.policy = policy
+        self.draft_ctx = draft_ctx  # only to account the draft model's llama_decode time
         self.settings = settings
         self.sampling = settings.sampling
         self.rng = rng if rng is not None else make_rng(settings.seed)
-        self.choose = choose or (lambda: (self.drafter, settings.draft_max if self.drafter else 0))
         self.on_step = on_step
         self.stats = Stats()
         self.text = TextAssembler(settings.stop)
@@ -163,29 +163,29 @@ class SpeculativeLoop:
         finally:
             stats.total_time = time.perf_counter() - start
             stats.generated_tokens = len(self.generated)
+            stats.policy = self.policy.summary()
             if decode_before is not None:
                 stats.llama_decode_time = self._decode_seconds() - decode_before
 
     def _step(self, history: list[int]) -> Step:
         """Draft, verify, commit; extends history with the committed tokens."""
         step_start = time.perf_counter()
-        drafter, k = self.choose()
-        k = min(k, self._budget())
-        draft = drafter.propose(history, k) if drafter is not None and k > 0 else Draft()
+        plan = self.policy.plan(history, self._budget())
         verify_start = time.perf_counter()
-        verdict = self._verify(history[-1], draft)
+        verdict = self._verify(history[-1], plan.draft)
         done = time.perf_counter()
-        name = drafter.name if drafter is not None else None
-        n_draft = len(draft.tokens)
-        if drafter is not None and n_draft:
-            drafter.feedback(n_draft, verdict.accepted)
-        self.stats.record_step(n_draft, verdict.accepted, verify_start - step_start, done - verify_start)
+        n_draft = len(plan.draft.tokens)
+        if plan.source is not None and n_draft:
+            plan.source.feedback(n_draft, verdict.accepted)
+        t_draft, t_verify = verify_start - step_start, done - verify_start
+        self.policy.observe(plan, verdict.accepted, t_draft, t_verify)
+        self.stats.record_step(n_draft, verdict.accepted, t_draft, t_verify, plan.name)
         if self.on_step is not None:
-            self.on_step(name, k, n_draft, verdict.accepted, verify_start - step_start, done - verify_start, n_draft + 1)
+            self.on_step(plan, verdict.accepted, t_draft, t_verify)
         kept, text, reason = self._commit(verdict.tokens)
         history.extend(kept)
         self.stats.generated_tokens = len(self.generated)
-        return Step(kept, text, n_draft, verdict.accepted, name, k, finished=reason)
+        return Step(kept, text, n_draft, verdict.accepted, plan.name, plan.k, finished=reason)
 
     def _finish(self, step: Step, reason: str) -> Step:
         """Close the text stream into the last step and record why generation stopped."""
@@ -200,5 +200,5 @@ class SpeculativeLoop:
 
     def _decode_seconds(self) -> float:
         """Time spent inside llama_decode by the target and the draft model so far."""
-        ctx = getattr(self.drafter, "ctx", None)
+        ctx = self.draft_ctx
         return self.target.decode_seconds + (ctx.decode_seconds if ctx is not None else 0.0)

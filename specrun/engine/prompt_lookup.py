@@ -88,12 +88,15 @@ class PromptLookupDrafter:
 
     A match of n tokens may draft up to `draft_length(n)` = 2^(n-1) tokens (capped by `max_draft` and
     k): one matching token is weak evidence, a long match usually means the text is being copied.
+    Matches up to 8 tokens are looked for because code repeats short runs (indentation, `self.`,
+    closing brackets) in many places, and only a longer match finds the place actually being copied.
     Copying runs on through its own draft, so a repeating pattern continues past the history's end.
 
     Confidence is the chance that each drafted token is accepted, estimated per match length from
-    recent outcomes (prior n/(n+1)). Outcomes come from `feedback`, or, when the draft was not used
-    (a hybrid chose another drafter), by comparing it with the tokens the history gained since: the
-    target's tokens are what a verifier would have checked the draft against.
+    recent outcomes (prior n/(n+1)). Outcomes come from `feedback`, or, when the draft got none (a
+    hybrid or the auto controller chose another option, or cut the draft to nothing), from comparing
+    it with the tokens the history gained since: the target's own tokens are what a verifier would
+    have checked it against, so the estimate stays calibrated while the lookup sits unused.
     """
 
     name = "ngram"

@@ -23,10 +23,16 @@ class Stats:
     verify_time: float = 0.0
     llama_decode_time: float = 0.0  # inside llama_decode after the prefill
     stop_reason: str = ""
+    by_drafter: dict = field(default_factory=dict)  # name → {"steps", "drafted", "accepted"}; "plain" for K=0
+    policy: dict | None = None  # the auto controller's summary (choices, estimates)
 
-    def record_step(self, drafted: int, accepted: int, draft_time: float, verify_time: float) -> None:
+    def record_step(self, drafted: int, accepted: int, draft_time: float, verify_time: float, drafter: str | None = None) -> None:
         """Count one draft → verify step."""
         self.steps += 1
+        counts = self.by_drafter.setdefault(drafter or "plain", {"steps": 0, "drafted": 0, "accepted": 0})
+        counts["steps"] += 1
+        counts["drafted"] += drafted
+        counts["accepted"] += accepted
         self.drafted += drafted
         self.accepted += accepted
         self.draft_time += draft_time
@@ -85,6 +91,8 @@ class Stats:
             "llama_decode_time_s": round(self.llama_decode_time, 6),
             "overhead_fraction": _round(self.overhead_fraction),
             "stop_reason": self.stop_reason,
+            "by_drafter": {name: dict(c) for name, c in self.by_drafter.items()},
+            "policy": self.policy,
         }
 
 

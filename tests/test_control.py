@@ -1,0 +1,354 @@
+"""The auto controller and its estimates, driven by synthetic costs and acceptance streams."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from sim_control import GPU, SCENARIOS, Costs, compare
+from specrun.engine.control import Choice, Controller, expected_tokens
+from specrun.engine.estimates import CostCurve, DrafterEstimates, PositionRates
+
+CPU = Costs(noise=0.0)
+FLAT = Costs(plain=0.020, verify_points={1: 1.0}, verify_slope=0.02, noise=0.0)
+
+
+def drive(controller, steps, accept, *, costs=CPU, draft_cost=None, start=0, seed=0, hint=None):
+    """Run `steps` steps. accept(drafter, step) is the per-position acceptance; drafts are full
+    length. hint(step) gives the lookup's confidences, when the loop passes them. Returns choices."""
+    rng = random.Random(seed)
+    draft_cost = draft_cost or {"draft": costs.draft_token, "ngram": costs.ngram}
+    choices = []
+    for step in range(start, start + steps):
+        choice = controller.choose(hint(step) if hint else None)
+        if choice.drafter is None or choice.k == 0:
+            controller.observe_step(None, 0, 0, 0, 0.0, costs.verify(1), 1)
+        else:
+            rate, accepted = accept(choice.drafter, step), 0
+            while accepted < choice.k and rng.random() < rate:
+                accepted += 1
+            t_draft = draft_cost[choice.drafter] * choice.k
+            t_verify = costs.verify(choice.k + 1)
+            controller.observe_step(choice.drafter, choice.k, choice.k, accepted, t_draft, t_verify, choice.k + 1)
+        choices.append(choice)
+    return choices
+
+
+def steady(controller, rates, steps=300, **kw):
+    """Choices made as the best (not measuring or probing) under constant acceptance rates."""
+    return [c for c in drive(controller, steps, lambda d, _: rates[d], **kw) if c.reason == "best"]
+
+
+# -- the formula --------------------------------------------------------------------------------
+
+
+def test_expected_tokens_hand_computed():
+    assert expected_tokens([0.9, 0.8], 0) == 1.0
+    assert expected_tokens([0.5, 0.5], 2) == pytest.approx(1.75)  # 1 + .5 + .25
+    assert expected_tokens([0.9, 0.8, 0.5], 3) == pytest.approx(1 + 0.9 + 0.72 + 0.36)
+    assert expected_tokens([0.9, 0.8, 0.5], 2) == pytest.approx(2.62)
+    assert expected_tokens([1.0] * 4, 4) == 5.0
+    assert expected_tokens([0.5], 3) == pytest.approx(1.5)  # positions beyond the list add nothing
+
+
+def test_profile_matches_the_formula_and_the_costs():
+    c = Controller(["ngram"], 4, warmup_steps=0)
+    for _ in range(400):  # always drafts 2 of a cap of 4, all accepted
+        c.observe_step("ngram", 4, 2, 2, 0.001, CPU.verify(3), 3)
+    c.observe_step(None, 0, 0, 0, 0.0, CPU.verify(1), 1)
+    tokens, seconds = c.profile("ngram")[3]
+    assert tokens == pytest.approx(3.0, abs=0.05)
+    assert seconds == pytest.approx(0.001 + CPU.verify(3), rel=0.03)
+    assert c.estimate("ngram", 4) == pytest.approx(tokens / seconds)
+    assert c.estimate(None, 0) == pytest.approx(1 / CPU.verify(1))
+
+
+# -- decisions ----------------------------------------------------------------------------------
+
+
+def test_warmup_measures_plain_then_each_drafter():
+    c = Controller(["ngram", "draft"], 8, warmup_steps=2, k_start=4)
+    first = drive(c, 5, lambda d, s: 0.5)
+    assert [(x.drafter, x.k, x.reason) for x in first] == [
+        (None, 0, "warmup"),
+        ("ngram", 4, "warmup"),
+        ("ngram", 4, "warmup"),
+        ("draft", 4, "warmup"),
+        ("draft", 4, "warmup"),
+    ]
+    assert c.choose().reason != "warmup"
+
+
+def test_plain_when_the_draft_is_expensive_and_rarely_accepted():
+    c = Controller(["draft"], 8)
+    choices = drive(c, 400, lambda d, s: 0.3)
+    assert all(x.drafter is None for x in choices if x.reason == "best")
+    probes = [i for i, x in enumerate(choices) if x.reason == "probe"]
+    assert 1 <= len(probes) <= 6
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] >= 2 * gaps[0]  # failing probes come ever more rarely
+    assert c.label() == "auto: plain"
+
+
+def test_plain_on_this_cpu_even_at_86_percent_acceptance():
+    # measured: drafting costs 0.52 of a decode per token, so the draft model cannot win at α = 0.86
+    best = steady(Controller(["draft"], 8), {"draft": 0.86}, steps=400)
+    assert sum(x.drafter is None for x in best) >= 0.95 * len(best)
+
+
+def test_long_drafts_when_acceptance_is_high_and_drafting_cheap():
+    best = steady(Controller(["ngram"], 16), {"ngram": 0.98})
+    assert all(x.drafter == "ngram" for x in best[-100:])
+    assert min(x.k for x in best[-100:]) >= 8
+
+
+def test_draft_model_with_a_middling_k_when_verification_is_nearly_free():
+    c = Controller(["draft"], 16)
+    best = steady(c, {"draft": 0.8}, costs=FLAT, draft_cost={"draft": 0.001})
+    tail = best[-100:]
+    assert all(x.drafter == "draft" for x in tail)
+    assert 4 <= sorted(x.k for x in tail)[50] <= 10  # the optimum is 6 to 7 (a flat maximum)
+
+
+def test_switches_to_plain_within_eight_steps_when_acceptance_collapses():
+    c = Controller(["ngram"], 16)
+    before = drive(c, 100, lambda d, s: 0.97)
+    assert before[-1].drafter == "ngram" and before[-1].k >= 8
+    after = drive(c, 40, lambda d, s: 0.0, start=100)
+    first_plain = next(i for i, x in enumerate(after) if x.drafter is None)
+    assert first_plain <= 8
+    assert all(x.drafter is None for x in after[first_plain:] if x.reason == "best")
+
+
+def test_reprobes_an_abandoned_drafter_and_returns_when_it_pays():
+    c = Controller(["ngram"], 16)
+    drive(c, 150, lambda d, s: 0.0)
+    assert c.best() == Choice(None, 0)
+    interval = c.probe_every["ngram"]
+    assert interval > 16  # probes kept failing
+    after = drive(c, interval + 40, lambda d, s: 0.97, start=150)
+    first_probe = next(i for i, x in enumerate(after) if x.reason == "probe")
+    assert first_probe <= interval
+    back = next(i for i, x in enumerate(after) if x.reason == "best" and x.drafter == "ngram")
+    assert back <= first_probe + 12  # successful probes are followed up at once
+    assert c.probe_every["ngram"] == 16  # and the interval starts over
+
+
+def test_an_empty_probe_of_a_cheap_drafter_is_retried_while_plain_is_best():
+    c = Controller(["ngram"], 8, warmup_steps=1)
+    drive(c, 60, lambda d, s: 0.0)
+    probe = c.choose()
+    while probe.reason != "probe":
+        c.observe_step(None, 0, 0, 0, 0.0, CPU.verify(1), 1)
+        probe = c.choose()
+    c.observe_step("ngram", probe.k, 0, 0, 0.0001, CPU.verify(1), 1)  # no match: a plain step
+    assert c.choose().reason == "probe"
+
+
+def test_a_step_with_a_drafter_but_no_k_counts_as_plain():
+    c = Controller(["ngram"], 8)
+    c.observe_step("ngram", 0, 0, 0, 0.0, 0.05, 1)
+    assert c.tracks["ngram"].steps == 0 and c.verify(1) == 0.05
+
+
+def test_rejects_a_zero_k_max():
+    with pytest.raises(ValueError):
+        Controller(["ngram"], 0)
+
+
+# -- the lookup's proposal in hand --------------------------------------------------------------
+
+
+def test_hinted_lookup_is_taken_when_confident_and_skipped_when_doubtful():
+    c = Controller(["ngram", "draft"], 16)
+    drive(c, 50, lambda d, s: 0.5 if d == "ngram" else 0.86, hint=lambda s: [])
+    confident = c.choose([0.95] * 16)
+    assert confident.drafter == "ngram" and confident.k >= 8
+    c.observe_step("ngram", confident.k, confident.k, confident.k, 0.0001, CPU.verify(confident.k + 1), confident.k + 1)
+    doubtful = c.choose([0.3] * 2)
+    assert doubtful.drafter is None or doubtful.reason == "probe"
+    assert c.choose([]).drafter != "ngram"
+
+
+def test_hinted_fallback_is_the_draft_model_where_verification_is_cheap():
+    c = Controller(["ngram", "draft"], 16)
+    drive(c, 60, lambda d, s: 0.8, costs=FLAT, draft_cost={"draft": 0.001, "ngram": 0.0001}, hint=lambda s: [0.3, 0.3])
+    choice = c.choose([0.3, 0.3])
+    assert choice.drafter == "draft" and choice.k >= 4
+    assert c.choose([0.97] * 16).drafter == "ngram"
+
+
+def test_hinted_mode_skips_warmup_and_probes_of_the_lookup():
+    c = Controller(["ngram", "draft"], 8)
+    choices = drive(c, 200, lambda d, s: 0.0 if d == "ngram" else 0.3, hint=lambda s: [])
+    assert not any(x.drafter == "ngram" for x in choices)
+
+
+# -- trimming a draft to what is worth verifying ------------------------------------------------
+
+
+def _measured(costs=CPU) -> Controller:
+    c = Controller(["ngram"], 16)
+    drive(c, 40, lambda d, s: 0.5, costs=costs)
+    return c
+
+
+def test_trim_keeps_everything_before_costs_are_known():
+    assert Controller(["ngram"], 8).trim([0.1, 0.1], 2) == 2
+    assert _measured().trim(None, 3) == 3
+
+
+def test_trim_drops_doubtful_tokens_where_verifying_costs_much():
+    c = _measured()
+    assert c.trim([0.3] * 4, 4) == 0
+    assert c.trim([0.95] * 16, 16) >= 8
+    assert c.trim([0.95, 0.95, 0.1, 0.1], 4) == 2
+
+
+def test_trim_keeps_more_where_verifying_is_cheap():
+    assert _measured(FLAT).trim([0.3] * 4, 4) >= 1
+
+
+def test_trim_decides_each_token_from_earlier_confidences_only():
+    # a sampled draft stays lossless only if cutting before token j never depends on token j's value
+    c = _measured()
+    rng = random.Random(4)
+    for _ in range(300):
+        conf = [rng.random() for _ in range(8)]
+        kept = c.trim(conf, 8)
+        changed = conf[: kept + 1] + [rng.random() for _ in range(8 - kept - 1)]
+        assert c.trim(changed, 8) == kept
+
+
+# -- reporting ----------------------------------------------------------------------------------
+
+
+def test_label_and_summary():
+    c = Controller(["ngram"], 16)
+    assert c.label() == "auto: measuring"
+    drive(c, 100, lambda d, s: 0.98)
+    assert c.label().startswith("auto: ngram K=")
+    summary = json.loads(json.dumps(c.summary()))
+    assert summary["steps"] == 100
+    assert sum(row["steps"] for row in summary["choices"]) == 100
+    assert summary["drafters"]["ngram"]["best_k"] >= 8
+    assert summary["verify_s_by_batch"]["1"] == pytest.approx(CPU.verify(1))
+    assert Choice(None, 0).label() == "plain" and Choice("draft", 3).label() == "draft K=3"
+
+
+# -- estimates ----------------------------------------------------------------------------------
+
+
+def test_position_rates_count_trials_up_to_the_first_failure_within_the_cap():
+    rates = PositionRates(4, decay=1.0)
+    rates.update(4, 2)  # positions 1, 2 accepted, 3 rejected, 4 never tried
+    assert rates.trials == [1, 1, 1, 0] and rates.successes == [1, 1, 0, 0]
+    rates.update(2, 2)  # all of a cap of 2 accepted
+    assert rates.trials == [2, 2, 1, 0] and rates.successes == [2, 2, 0, 0]
+
+
+def test_position_rates_lean_on_the_pooled_rate_where_untried():
+    rates = PositionRates(6, decay=1.0)
+    for _ in range(50):
+        rates.update(2, 2)
+    assert rates.rates()[0] > 0.95
+    assert rates.rates()[5] == pytest.approx(rates.pooled())
+    a = rates.rates()
+    assert rates.survival(3) == pytest.approx([a[0], a[0] * a[1], a[0] * a[1] * a[2]])
+
+
+def test_position_rates_forget_old_evidence():
+    rates = PositionRates(2, decay=0.9)
+    for _ in range(100):
+        rates.update(1, 1)
+    for _ in range(30):
+        rates.update(1, 0)
+    assert rates.rates(1)[0] < 0.1
+
+
+def test_cost_curve_interpolates_and_extrapolates_measured_sizes():
+    curve = CostCurve()
+    assert not curve
+    curve.add(1, 1.0)
+    assert curve(3) == pytest.approx(3.0)  # one point: proportional, the cautious guess
+    curve.add(2, 1.5)
+    curve.add(5, 2.1)
+    assert curve(2) == 1.5
+    assert curve(4) == pytest.approx(1.9)
+    assert curve(7) == pytest.approx(2.5)  # along the last segment
+    assert curve.points() == {1: 1.0, 2: 1.5, 5: 2.1}
+
+
+def test_cost_curve_never_extrapolates_downwards():
+    curve = CostCurve()
+    curve.add(4, 1.0)
+    curve.add(6, 0.9)
+    assert curve(10) == pytest.approx(0.9)
+    assert curve(0) == pytest.approx(1.0)
+
+
+def test_cost_curve_averages_then_tracks_drift():
+    curve = CostCurve(decay=0.9)
+    curve.add(1, 1.0)
+    curve.add(1, 3.0)
+    assert curve(1) == pytest.approx(2.0)
+    for _ in range(100):
+        curve.add(1, 5.0)
+    assert curve(1) == pytest.approx(5.0, rel=1e-3)
+
+
+def _geometric(rng, rate, k):
+    accepted = 0
+    while accepted < k and rng.random() < rate:
+        accepted += 1
+    return accepted
+
+
+def test_a_collapse_is_noticed_in_two_steps():
+    rng = random.Random(2)
+    sure = DrafterEstimates(8)
+    for _ in range(60):
+        sure.update(8, 8, _geometric(rng, 0.97, 8), 0.0)
+    before = sure.changes
+    sure.update(8, 8, 0, 0.0)
+    sure.update(8, 8, 0, 0.0)
+    assert sure.changes == before + 1 and sure.accept.rates(1)[0] < 0.7
+
+
+def test_a_surge_is_noticed_in_two_steps():
+    rng = random.Random(1)
+    low = DrafterEstimates(8)
+    for _ in range(60):
+        low.update(4, 4, _geometric(rng, 0.3, 4), 0.0)
+    low.update(4, 4, 4, 0.0)
+    low.update(4, 4, 4, 0.0)
+    assert low.changes == 1 and min(low.accept.rates(6)) > 0.8
+
+
+@pytest.mark.parametrize("rate, k", [(0.8, 6), (0.5, 4), (0.95, 12), (0.86, 4)])
+def test_ordinary_luck_is_rarely_taken_for_a_change(rate, k):
+    rng = random.Random(5)
+    usual = DrafterEstimates(16)
+    for _ in range(2000):
+        usual.update(k, k, _geometric(rng, rate, k), 0.0)
+    assert usual.changes <= 4  # at most one step in 500
+
+
+# -- simulated throughput against every fixed configuration -------------------------------------
+
+
+@pytest.mark.parametrize("name", ["prose, CPU", "code edit, CPU", "mixed, CPU"])
+def test_auto_keeps_up_with_the_best_fixed_configuration_on_this_cpu(name):
+    costs, text = SCENARIOS[name]
+    result = compare(costs, text, n_tokens=600, seeds=range(3))
+    assert result["auto"] >= 0.98 * result["best_rate"], (result["best"], result["auto"] / result["best_rate"])
+    assert result["auto"] >= 0.98 * result["plain"]
+
+
+def test_auto_is_near_the_best_fixed_configuration_on_a_gpu():
+    costs, text = SCENARIOS["prose, GPU"]
+    assert costs is GPU
+    result = compare(costs, text, n_tokens=600, seeds=range(3))
+    assert result["auto"] >= 0.95 * result["best_rate"]

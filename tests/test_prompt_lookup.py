@@ -1,0 +1,207 @@
+"""Prompt lookup and the hybrid drafter: which match is copied, how much, and what is learned."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from specrun.engine.drafters import Draft
+from specrun.engine.hybrid import HybridDrafter
+from specrun.engine.prompt_lookup import NgramIndex, PromptLookupDrafter
+
+
+def test_no_match_gives_an_empty_deterministic_draft():
+    drafter = PromptLookupDrafter()
+    draft = drafter.propose([1, 2, 3, 4, 5], 8)
+    assert draft.tokens == [] and draft.probs is None
+    assert drafter.name == "ngram"
+
+
+def test_single_token_history_and_zero_k():
+    drafter = PromptLookupDrafter()
+    assert drafter.propose([7], 4).tokens == []
+    assert drafter.propose([7, 1, 7], 0).tokens == []
+
+
+def test_copies_what_followed_the_earlier_occurrence():
+    draft = PromptLookupDrafter().propose([10, 11, 12, 13, 14, 99, 10, 11, 12], 8)
+    # match of 3 tokens (10 11 12) earns up to 4 tokens: 13 14 99 10
+    assert draft.tokens == [13, 14, 99, 10]
+    assert draft.probs is None
+    assert len(draft.confidence) == len(draft.tokens)
+
+
+def test_longest_match_wins_over_a_more_recent_shorter_one():
+    # "1 2 3" was followed by 9 long ago; "2 3" alone was followed by 7 more recently
+    history = [1, 2, 3, 9, 50, 2, 3, 7, 51, 1, 2, 3]
+    assert PromptLookupDrafter().propose(history, 1).tokens == [9]
+
+
+def test_most_recent_of_equally_long_matches_wins():
+    history = [5, 6, 1, 40, 5, 6, 2, 41, 5, 6]
+    assert PromptLookupDrafter().propose(history, 1).tokens == [2]
+
+
+def test_draft_length_grows_with_match_length():
+    drafter = PromptLookupDrafter(max_draft=16)
+    assert [drafter.draft_length(n) for n in range(1, 7)] == [1, 2, 4, 8, 16, 16]
+    body = list(range(100, 140))
+    for n, expected in ((1, 1), (2, 2), (3, 4), (4, 8), (5, 16)):
+        history = body + [7] + body[:n]  # the suffix matches exactly n tokens of the body
+        assert len(PromptLookupDrafter(max_draft=16).propose(history, 32).tokens) == expected, n
+
+
+def test_draft_is_capped_by_k_and_max_draft():
+    body = list(range(100, 140))
+    history = body + [7] + body[:8]
+    assert PromptLookupDrafter().propose(history, 3).tokens == body[8:11]
+    assert PromptLookupDrafter(max_draft=5).propose(history, 32).tokens == body[8:13]
+
+
+def test_ngram_min_ignores_short_matches():
+    history = [1, 2, 3, 4, 9, 3, 8, 3]
+    assert PromptLookupDrafter(ngram_min=1).propose(history, 1).tokens == [8]
+    assert PromptLookupDrafter(ngram_min=2).propose(history, 1).tokens == []
+
+
+def test_a_repeating_pattern_continues_past_the_end_of_the_history():
+    history = [7, 8, 7, 8, 7, 8, 7, 8]
+    assert PromptLookupDrafter().propose(history, 5).tokens == [7, 8, 7, 8, 7]
+
+
+def test_accepts_tuples_and_numpy_arrays():
+    history = [10, 11, 12, 13, 14, 99, 10, 11, 12]
+    expected = PromptLookupDrafter().propose(history, 4).tokens
+    assert PromptLookupDrafter().propose(tuple(history), 4).tokens == expected
+    assert PromptLookupDrafter().propose(np.array(history), 4).tokens == expected
+
+
+def test_rejects_an_empty_ngram_range():
+    with pytest.raises(ValueError):
+        NgramIndex(3, 2)
+    with pytest.raises(ValueError):
+        NgramIndex(0, 2)
+
+
+def _fresh_index(tokens, n_min=1, n_max=4) -> NgramIndex:
+    index = NgramIndex(n_min, n_max)
+    index.sync(tokens)
+    return index
+
+
+def test_index_grows_incrementally_like_a_fresh_build():
+    rng = random.Random(1)
+    history = [rng.randrange(6) for _ in range(30)]
+    index = NgramIndex(1, 4)
+    assert index.sync(history) == 0
+    for _ in range(20):
+        history += [rng.randrange(6) for _ in range(rng.randrange(1, 4))]
+        index.sync(history)
+    assert index._ends == _fresh_index(history)._ends
+    assert index.tokens == history
+
+
+def test_index_follows_a_shortened_or_rewritten_history():
+    rng = random.Random(2)
+    index = NgramIndex(1, 4)
+    history = [rng.randrange(5) for _ in range(60)]
+    index.sync(history)
+    shorter = history[:25]
+    assert index.sync(shorter) == 25
+    assert index._ends == _fresh_index(shorter)._ends
+    rewritten = shorter[:10] + [9, 9, 9] + shorter[10:]
+    assert index.sync(rewritten) == 10
+    assert index._ends == _fresh_index(rewritten)._ends
+    assert index.sync([]) == 0 and index._ends == {}
+
+
+def test_drafts_match_a_fresh_drafter_through_random_growth_and_rewinds():
+    rng = random.Random(3)
+    drafter = PromptLookupDrafter(ngram_max=5)
+    history = [rng.randrange(8) for _ in range(40)]
+    for _ in range(200):
+        op = rng.random()
+        if op < 0.6:
+            history = history + [rng.randrange(8) for _ in range(rng.randrange(1, 5))]
+        elif op < 0.8:
+            history = history[: rng.randrange(1, len(history) + 1)]
+        else:
+            cut = rng.randrange(len(history))
+            history = history[:cut] + [rng.randrange(8)] + history[cut + 1 :]
+        k = rng.randrange(0, 10)
+        assert drafter.propose(history, k).tokens == PromptLookupDrafter(ngram_max=5).propose(history, k).tokens
+
+
+def test_confidence_starts_from_match_length_and_learns_from_feedback():
+    drafter = PromptLookupDrafter()
+    assert drafter.confidence(1) == pytest.approx(0.5)
+    assert drafter.confidence(3) == pytest.approx(0.75)
+    history = [1, 2, 3, 4, 5, 6, 1, 2]  # match of 2
+    before = drafter.propose(history, 2).confidence[0]
+    for _ in range(10):
+        drafter.propose(history, 2)
+        drafter.feedback(2, 0)
+    assert drafter.propose(history, 2).confidence[0] < before / 2
+    for _ in range(30):
+        drafter.propose(history, 2)
+        drafter.feedback(2, 2)
+    assert drafter.propose(history, 2).confidence[0] > 0.9
+    assert drafter.confidence(3) == pytest.approx(0.75)  # other match lengths keep their own estimate
+
+
+def test_an_unused_proposal_is_scored_against_the_tokens_that_followed():
+    right, wrong = PromptLookupDrafter(), PromptLookupDrafter()
+    history = [1, 2, 3, 4, 5, 6, 1, 2]
+    for _ in range(10):
+        proposal = right.propose(history, 2).tokens
+        right.propose(history + proposal, 2)  # the target produced what was proposed
+        wrong.propose(history, 2)
+        wrong.propose(history + [40, 41], 2)
+    assert right.confidence(2) > 0.9
+    assert wrong.confidence(2) < 0.3
+
+
+def test_feedback_without_a_proposal_is_ignored():
+    drafter = PromptLookupDrafter()
+    drafter.feedback(3, 1)
+    assert drafter.confidence(1) == pytest.approx(0.5)
+
+
+class FakeModel:
+    """Stands in for the draft model: records calls, proposes fixed tokens with q rows."""
+
+    name = "draft"
+
+    def __init__(self):
+        self.proposals = 0
+        self.feedbacks: list[tuple[int, int]] = []
+
+    def propose(self, history, k):
+        self.proposals += 1
+        return Draft([0] * k, [np.full(4, 0.25)] * k, [0.9] * k)
+
+    def feedback(self, drafted, accepted):
+        self.feedbacks.append((drafted, accepted))
+
+
+def test_hybrid_uses_a_confident_lookup_and_routes_feedback_to_it():
+    lookup, model = PromptLookupDrafter(), FakeModel()
+    hybrid = HybridDrafter(lookup, model, min_confidence=0.6)
+    assert hybrid.name == "hybrid"
+    draft = hybrid.propose([10, 11, 12, 13, 14, 99, 10, 11, 12], 4)  # match of 3: confidence 0.75
+    assert draft.tokens == [13, 14, 99, 10] and draft.probs is None
+    assert model.proposals == 0
+    hybrid.feedback(4, 4)
+    assert model.feedbacks == [] and lookup.confidence(3) > 0.75
+
+
+def test_hybrid_falls_back_to_the_model_without_a_confident_match():
+    lookup, model = PromptLookupDrafter(), FakeModel()
+    hybrid = HybridDrafter(lookup, model, min_confidence=0.6)
+    assert hybrid.propose([1, 2, 3, 4], 3).probs is not None  # no match at all
+    hybrid.feedback(3, 1)
+    assert hybrid.propose([5, 1, 6, 1], 3).tokens == [0, 0, 0]  # a one-token match: confidence 0.5
+    hybrid.feedback(3, 2)
+    assert model.proposals == 2 and model.feedbacks == [(3, 1), (3, 2)]

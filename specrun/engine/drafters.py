@@ -77,6 +77,13 @@ class ModelDrafter:
         self.ctx.trim(keep)
         return self.ctx.decode(list(history[keep:]), "last")
 
+    def prefill(self, prompt: Sequence[int]) -> None:
+        """Feed the prompt alongside the target's prefill, so the first draft only adds one token."""
+        keep = self.ctx.common_prefix(prompt)
+        self.ctx.trim(keep)
+        if keep < len(prompt):
+            self.ctx.decode(list(prompt[keep:]), "none")
+
     def propose(self, history: Sequence[int], k: int) -> Draft:
         start = time.perf_counter()
         draft = Draft(probs=None if self.sampling.greedy else [], confidence=[])

@@ -31,6 +31,11 @@ class HybridDrafter:
         self.source = self.model
         return self.model.propose(history, k)
 
+    def prefill(self, prompt: Sequence[int]) -> None:
+        prefill = getattr(self.model, "prefill", None)
+        if prefill is not None:
+            prefill(prompt)
+
     def feedback(self, drafted: int, accepted: int) -> None:
         if self.source is not None:
             self.source.feedback(drafted, accepted)

@@ -86,7 +86,9 @@ class SpeculativeLoop:
             )
         keep = min(self.target.common_prefix(prompt), len(prompt) - 1)
         self.target.trim(keep)
-        return self.target.decode(list(prompt[keep:]), "last")
+        logits = self.target.decode(list(prompt[keep:]), "last")
+        self.policy.prefill(prompt)
+        return logits
 
     def _pick(self, logits: np.ndarray) -> int:
         if self.sampling.greedy:

@@ -23,6 +23,13 @@ class Plan:
     source: Drafter | None = None  # gets feedback on how many tokens were accepted
 
 
+def prefill_drafter(drafter: Drafter | None, prompt: Sequence[int]) -> None:
+    """Drafters with a KV cache of their own take the prompt now; model-free ones need nothing."""
+    prefill = getattr(drafter, "prefill", None)
+    if prefill is not None:
+        prefill(prompt)
+
+
 class FixedPolicy:
     """Always the same drafter with up to K tokens (`off` when the drafter is None)."""
 
@@ -37,6 +44,10 @@ class FixedPolicy:
         draft = self.drafter.propose(history, k)
         name = getattr(getattr(self.drafter, "source", None), "name", None) or self.drafter.name
         return Plan(name, k, draft, self.drafter)
+
+    def prefill(self, prompt: Sequence[int]) -> None:
+        """Let a model drafter read the prompt during the prefill (it counts in time to first token)."""
+        prefill_drafter(self.drafter, prompt)
 
     def observe(self, plan: Plan, accepted: int, t_draft: float, t_verify: float) -> None:
         """Fixed policies do not adapt."""
@@ -76,6 +87,9 @@ class AutoPolicy:
             return Plan(self.lookup.name, k, Draft(kept, None, (hint.confidence or [])[: len(kept)]), self.lookup)
         drafter = self.model
         return Plan(drafter.name, k, drafter.propose(history, k), drafter)
+
+    def prefill(self, prompt: Sequence[int]) -> None:
+        prefill_drafter(self.model, prompt)
 
     def observe(self, plan: Plan, accepted: int, t_draft: float, t_verify: float) -> None:
         drafted = len(plan.draft.tokens)

@@ -1,0 +1,100 @@
+"""The speedup speculative decoding should reach, by the model of Leviathan et al. (2023).
+
+Given a per-token acceptance rate α and measured costs, it predicts tokens per target pass and the
+resulting speedup over plain decoding. A benchmark divides the speedup it measured by this figure
+(efficiency), so losses from overheads the model leaves out — Python, sampling, the draft's
+catch-up decodes, the draft's prompt prefill — show up as a number instead of hiding in a speed.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """(1 − α^(K+1)) / (1 − α): tokens one target pass commits when each of K draft tokens is
+    accepted independently with probability α (the target always adds one). K + 1 when α = 1."""
+    if k <= 0:
+        return 1.0
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha}")
+    if alpha == 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def alpha_from_steps(steps: Iterable[tuple[int, int]]) -> float | None:
+    """Per-token acceptance α from (drafted, accepted) per step, or None when nothing was drafted.
+
+    A step judges its first min(drafted, accepted + 1) positions: everything after the first
+    rejection is thrown away unjudged. Accepted over judged is the maximum-likelihood α of the
+    model's independence assumption; accepted over drafted would count unjudged positions as
+    failures and understate α.
+    """
+    accepted = judged = 0
+    for drafted, ok in steps:
+        if drafted <= 0:
+            continue
+        accepted += ok
+        judged += min(drafted, ok + 1)
+    return accepted / judged if judged else None
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Measured seconds: one plain decode, a target pass over a batch of n tokens, one draft token."""
+
+    plain_s: float
+    verify_s: Mapping[int, float] = field(default_factory=dict)
+    draft_token_s: float = 0.0
+
+    def verify(self, batch: int) -> float:
+        """Seconds for a target pass over `batch` tokens: measured, else linearly interpolated
+        between (or extrapolated from) the nearest measured sizes; batch 1 falls back to plain_s."""
+        if batch in self.verify_s:
+            return self.verify_s[batch]
+        points = dict(self.verify_s)
+        points.setdefault(1, self.plain_s)
+        sizes = sorted(points)
+        if len(sizes) == 1:
+            return points[sizes[0]] * batch / sizes[0]
+        i = bisect_left(sizes, batch)
+        lo, hi = (0, 1) if i == 0 else (len(sizes) - 2, len(sizes) - 1) if i == len(sizes) else (i - 1, i)
+        x0, x1 = sizes[lo], sizes[hi]
+        y0, y1 = points[x0], points[x1]
+        return max(0.0, y0 + (y1 - y0) * (batch - x0) / (x1 - x0))
+
+
+def step_seconds(costs: Costs, k: int, draft_s: float | None = None) -> float:
+    """Cost of one speculative step: K draft tokens (or `draft_s` when given) plus a pass over K + 1."""
+    drafting = k * costs.draft_token_s if draft_s is None else draft_s
+    return drafting + costs.verify(k + 1)
+
+
+def predicted_speedup(alpha: float, k: int, costs: Costs, draft_s: float | None = None) -> float:
+    """E(α, K) tokens per step over the step's cost, against plain decoding's one token per plain_s."""
+    return expected_tokens_per_step(alpha, k) * costs.plain_s / step_seconds(costs, k, draft_s)
+
+
+def predicted_speedup_of_steps(steps: Iterable[tuple[float | None, int, float]], costs: Costs) -> float | None:
+    """The same model over the steps a run actually took: (α, tokens drafted, draft seconds) each.
+
+    Equals `predicted_speedup` when every step drafts K; it also covers steps that draft fewer
+    (the end of the budget, an empty prompt lookup, an adaptive K). A step with α None or no
+    draft counts as one token at the cost of its drafting plus a pass over one token.
+    """
+    tokens = seconds = 0.0
+    for alpha, drafted, draft_s in steps:
+        n = drafted if alpha is not None else 0
+        tokens += expected_tokens_per_step(alpha or 0.0, n)
+        seconds += draft_s + costs.verify(n + 1)
+    return tokens * costs.plain_s / seconds if seconds > 0 else None
+
+
+def efficiency(achieved: float | None, predicted: float | None) -> float | None:
+    """Achieved over predicted speedup: 1 means the implementation loses nothing the model ignores."""
+    if achieved is None or not predicted:
+        return None
+    return achieved / predicted

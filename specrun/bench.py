@@ -30,6 +30,7 @@ from .errors import InputError
 WARMUP_TOKENS = 16  # tokens per warm-up run: enough to touch every weight and code path
 CALIBRATION_REPS = 3
 NEAR_TIE_LOGITS = 0.1  # a temperature-0 flip between the top two tokens within this is arithmetic, not a bug
+NOISE_TAIL = 8  # tokens whose logits are computed alone and in one batch to measure the arithmetic's noise
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,8 @@ class Engine(Protocol):
 
     def next_logits(self, tokens: list[int]) -> np.ndarray: ...
 
+    def logit_noise(self, tokens: list[int]) -> float: ...
+
     def piece(self, token: int) -> str: ...
 
 
@@ -217,9 +220,9 @@ def first_divergence(expected: Sequence[int], actual: Sequence[int]) -> int | No
     return None if len(expected) == len(actual) else min(len(expected), len(actual))
 
 
-def margin(logits: np.ndarray, plain_token: int | None, spec_token: int | None) -> dict:
+def margin(logits: np.ndarray, plain_token: int | None, spec_token: int | None, tolerance: float = NEAR_TIE_LOGITS) -> dict:
     """The target's view at a divergence: its top two tokens, their logit gap, and whether the two
-    outputs chose exactly those two within NEAR_TIE_LOGITS (a flip batching can cause)."""
+    outputs chose exactly those two within `tolerance` (a flip batching can cause)."""
     top = np.argpartition(logits, -2)[-2:]
     top = top[np.argsort(-logits[top])]
     first, second = int(top[0]), int(top[1])
@@ -231,7 +234,8 @@ def margin(logits: np.ndarray, plain_token: int | None, spec_token: int | None) 
         "top2_token": second,
         "top2_logit": round(float(logits[second]), 4),
         "margin": round(gap, 4),
-        "near_tie": len(chosen) == 2 and chosen == {first, second} and gap <= NEAR_TIE_LOGITS,
+        "near_tie": len(chosen) == 2 and chosen == {first, second} and gap <= tolerance,
+        "tolerance": round(tolerance, 4),
     }
 
 
@@ -254,16 +258,23 @@ def compare(records: Sequence[RunRecord], configs: Sequence[Config]) -> list[Che
 
 
 def explain(checks: Sequence[Check], records: Sequence[RunRecord], prompt_tokens: Sequence[list[int]], engine: Engine) -> None:
-    """Attach the target's top-2 margin to each divergence, decoding the plain prefix once per place."""
+    """Attach the target's top-2 margin to each divergence, decoding the plain prefix once per place.
+
+    A flip counts as a near-tie when the gap is within twice the measured arithmetic noise (each of
+    the two logits may move by it), and never less than NEAR_TIE_LOGITS: the noise is how far one
+    token's logits move between a pass of its own and a verification batch, on this machine."""
     cache: dict[tuple[int, int], np.ndarray] = {}
+    tolerance = None
     for check in checks:
         if check.position is None:
             continue
+        if tolerance is None:
+            tolerance = max(NEAR_TIE_LOGITS, 2.0 * engine.logit_noise(list(prompt_tokens[check.prompt])))
         key = (check.prompt, check.position)
         if key not in cache:
             prefix = records[check.plain_record].tokens[: check.position]
             cache[key] = engine.next_logits(list(prompt_tokens[check.prompt]) + prefix)
-        check.detail = margin(cache[key], check.plain_token, check.spec_token)
+        check.detail = margin(cache[key], check.plain_token, check.spec_token, tolerance)
 
 
 def calibration_sizes(configs: Sequence[Config]) -> list[int]:
@@ -401,6 +412,23 @@ class PairEngine:
             return self.pair.target_ctx.decode(tokens, "last")
         finally:
             self._reset()
+
+    def logit_noise(self, tokens: list[int]) -> float:
+        """Largest change of a top-5 logit between a token decoded alone and inside a batch."""
+        ctx = self.pair.target_ctx
+        tail = tokens[-NOISE_TAIL:] if len(tokens) > NOISE_TAIL else tokens[1:]
+        self._reset()
+        try:
+            ctx.decode(tokens[: len(tokens) - len(tail)], "none")
+            base = len(ctx.tokens)
+            alone = np.stack([ctx.decode([t], "last") for t in tail])
+            ctx.trim(base)
+            batched = ctx.decode(tail, "all")
+        finally:
+            self._reset()
+        top = np.argpartition(alone, -5, axis=1)[:, -5:]
+        rows = np.arange(len(tail))[:, None]
+        return float(np.max(np.abs(alone[rows, top] - batched[rows, top])))
 
     def piece(self, token: int) -> str:
         return self.pair.target_model.piece(token).decode("utf-8", "replace")

@@ -97,6 +97,9 @@ class FakeEngine:
 
     calls_prompt_len = 0
 
+    def logit_noise(self, tokens):
+        return 0.0
+
     def piece(self, token):
         return f"<{token}>"
 
@@ -536,8 +539,20 @@ def test_pair_engine_calibrates_and_runs_from_empty_caches(tiny_target, tiny_dra
         assert plain[0] == first[0]  # greedy speculative output equals plain decoding
         logits = engine.next_logits(tokens)
         assert logits.shape == (pair.target_model.n_vocab,) and pair.target_ctx.tokens == []
+        noise = engine.logit_noise(tokens)
+        assert 0.0 <= noise < 0.5 and pair.target_ctx.tokens == []
     finally:
         pair.close()
+
+
+def test_near_tie_tolerance_follows_the_measured_noise():
+    from specrun.bench import margin
+
+    logits = np.zeros(8, dtype=np.float32)
+    logits[3], logits[5] = 10.0, 9.85  # a gap of 0.15
+    assert not margin(logits, 3, 5)["near_tie"]  # beyond the 0.1 floor
+    assert margin(logits, 3, 5, tolerance=0.2)["near_tie"]  # within twice a noise of 0.1
+    assert not margin(logits, 3, 6, tolerance=0.2)["near_tie"]  # not a flip between the top two
 
 
 @pytest.mark.real

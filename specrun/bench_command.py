@@ -18,9 +18,18 @@ import typer
 
 from . import bench_prompts, defaults
 from . import options as opt
+from .atomic import write_atomic
 from .bench import BenchSettings, PairEngine, Progress, configurations, run_bench
-from .bench_env import environment, load_average, write_atomic
-from .bench_render import csv_text, markdown_table, markdown_text, plot_png, require_matplotlib, summary_lines, table_rows
+from .bench_env import environment, load_average
+from .bench_render import (
+    csv_text,
+    markdown_table,
+    markdown_text,
+    plot_png,
+    require_matplotlib,
+    summary_lines,
+    table_rows,
+)
 from .bench_report import document
 from .errors import InputError
 from .output import Output
@@ -166,7 +175,13 @@ def progress_display(out: Output) -> Iterator[Progress]:
         return
     if out.live:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+        from rich.progress import Progress as Bar
 
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Bar(*columns, console=Console(file=out.err), transient=True) as bar:

@@ -17,22 +17,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
+from .atomic import write_atomic
+
 PACKAGES = ("specrun", "llama_cpp_python", "numpy", "typer", "rich", "huggingface_hub", "matplotlib")
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temp file beside `path`, fsync, rename: a reader never sees half a file."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def package_versions() -> dict[str, str | None]:

@@ -21,6 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .atomic import fsync_dir, write_atomic
 from .errors import FetchError
 from .registry import BundlePart, BundleSource, PackageSource
 
@@ -113,16 +114,7 @@ def ready_path(name: str, bundle: BundleSource, cache: Path) -> Path | None:
 
 def _write_record(path: Path, sha256: str) -> None:
     st = path.stat()
-    data = json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}).encode()
-    record = record_path(path)
-    tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _write_all(fd, memoryview(data))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, record)
+    write_atomic(record_path(path), json.dumps({"sha256": sha256, "size": st.st_size, "mtime_ns": st.st_mtime_ns}))
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -235,7 +227,7 @@ def assemble(name: str, bundle: BundleSource, cache: Path, progress: ProgressHoo
             if digest != bundle.sha256:
                 _diagnose(name, bundle, located, digest)
             os.replace(tmp, final)
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
             _write_record(final, bundle.sha256)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
@@ -281,10 +273,3 @@ def _diagnose(name: str, bundle: BundleSource, parts: list[LocatedPart], digest:
     )
 
 
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

@@ -11,10 +11,10 @@ import typer
 from . import defaults
 from . import options as opt
 from .chat import ChatSession
-from .chat_repl import Interrupts, run_session
-from .chat_slash import ALIASES, COMMANDS
 from .chat_display import JsonlDisplay, PlainDisplay, TerminalDisplay
 from .chat_input import JsonlInput, LineInput, TerminalInput
+from .chat_repl import Interrupts, run_session
+from .chat_slash import ALIASES, COMMANDS
 from .engine.loop import GenerationSettings
 from .engine.sampling import SamplingParams
 from .errors import EXIT_USAGE, InputError

@@ -7,11 +7,10 @@ never left half-written.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .atomic import write_atomic
 from .errors import InputError
 
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".json": "json"}
@@ -26,38 +25,10 @@ def save_transcript(path: str | Path, document: dict) -> str:
     document = {"saved": datetime.now(timezone.utc).isoformat(timespec="seconds"), **document}
     text = to_markdown(document) if kind == "markdown" else json.dumps(document, ensure_ascii=False, indent=2) + "\n"
     try:
-        write_atomically(target, text)
+        write_atomic(target, text)
     except OSError as error:
         raise InputError(f"could not write {target}: {error.strerror or error}", "check the folder exists and is writable") from error
     return str(target)
-
-
-def write_atomically(target: Path, text: str) -> None:
-    """Temp file in the same folder → fsync → rename over the target."""
-    folder = target.parent if str(target.parent) else Path(".")
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
-        raise
-    try:
-        dir_fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
 
 
 def to_markdown(document: dict) -> str:

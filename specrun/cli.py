@@ -12,7 +12,13 @@ import sys
 import typer
 
 from . import __version__
-from .errors import EXIT_INTERRUPTED, EXIT_RUNTIME, EXIT_USAGE, OutputClosed, SpecrunError
+from .errors import (
+    EXIT_INTERRUPTED,
+    EXIT_RUNTIME,
+    EXIT_USAGE,
+    OutputClosed,
+    SpecrunError,
+)
 from .run_command import run
 
 app = typer.Typer(

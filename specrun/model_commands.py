@@ -15,9 +15,16 @@ from typing import Annotated, Optional
 import typer
 
 from . import discover
-from .output import human_size, progress_display
 from .errors import InputError, ModelFileError
-from .fetch import ProgressHook, availability, fetch_model, hf_cached, hf_fetch, parse_hf_spec, resolve_spec
+from .fetch import (
+    availability,
+    fetch_model,
+    hf_cached,
+    hf_fetch,
+    parse_hf_spec,
+    resolve_spec,
+)
+from .output import human_size, progress_display
 from .registry import Model, Registry, load_registry
 
 RegistryOpt = Annotated[

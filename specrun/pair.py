@@ -16,10 +16,10 @@ from .engine import llama as engine_llama
 from .engine.control import Controller
 from .engine.drafters import ModelDrafter
 from .engine.hybrid import HybridDrafter
-from .engine.policy import AutoPolicy, FixedPolicy
-from .engine.prompt_lookup import PromptLookupDrafter
 from .engine.llama import Context, LoadOptions, Model
 from .engine.loop import GenerationSettings, SpeculativeLoop, Step
+from .engine.policy import AutoPolicy, FixedPolicy
+from .engine.prompt_lookup import PromptLookupDrafter
 from .engine.sampling import make_rng
 from .errors import InputError
 from .modelfile import check_gguf_file

@@ -130,7 +130,8 @@ def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out:
             out.text(step.text)
             out.status(status_line(loop.stats, time.perf_counter() - started, loop.policy.label()))
     except KeyboardInterrupt:
-        tail = loop.flush_text()
+        # Text of a step interrupted before it was yielded, then whatever was held back.
+        tail = loop.text.text[len("".join(pieces)) :] + loop.flush_text()
         pieces.append(tail)
         out.text(tail)
         loop.stats.stop_reason = "interrupted"

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import IncompatibleModelsError, ModelFileError
 from .engine.llama import init_backend
+from .errors import IncompatibleModelsError, ModelFileError
 from .modelfile import check_gguf_file
 
 MAX_SIZE_DIFFERENCE = 128

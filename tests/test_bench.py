@@ -11,9 +11,10 @@ import sys
 
 import numpy as np
 import pytest
-
 from cli_helpers import ENV
+
 from specrun import bench_prompts
+from specrun.atomic import write_atomic
 from specrun.bench import (
     WARMUP_TOKENS,
     BenchSettings,
@@ -29,9 +30,15 @@ from specrun.bench import (
     run_bench,
     schedule,
 )
-from specrun.bench_env import file_hash, write_atomic
+from specrun.bench_env import file_hash
 from specrun.bench_prompts import BenchPrompt
-from specrun.bench_render import csv_text, markdown_text, plot_png, require_matplotlib, table_rows
+from specrun.bench_render import (
+    csv_text,
+    markdown_text,
+    plot_png,
+    require_matplotlib,
+    table_rows,
+)
 from specrun.bench_report import ROW_FIELDS, SCHEMA, document, geomean, spread
 from specrun.engine.stats import Stats
 from specrun.errors import EXIT_USAGE, InputError

@@ -14,7 +14,6 @@ import sys
 import time
 
 import pytest
-
 from cli_helpers import ENV
 
 LAUNCH = "from specrun import cli, chat_command; chat_command.register(cli.app); cli.main()"

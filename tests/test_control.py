@@ -6,8 +6,8 @@ import json
 import random
 
 import pytest
-
 from sim_control import GPU, SCENARIOS, Costs, compare
+
 from specrun.engine.control import Choice, Controller, expected_tokens
 from specrun.engine.estimates import CostCurve, DrafterEstimates, PositionRates
 

@@ -8,7 +8,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from model_fixtures import isolated_fixture, bundle_toml, make_chunk_dists, populate_hf_cache, write_registry  # noqa: F401 - isolated_fixture provides `isolated`
+from model_fixtures import (  # noqa: F401 - isolated_fixture provides `isolated`
+    bundle_toml,
+    isolated_fixture,
+    make_chunk_dists,
+    populate_hf_cache,
+    write_registry,
+)
 from tiny_models import write_tiny_gguf
 
 from specrun import bundle, fetch

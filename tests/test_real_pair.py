@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 import pytest
-
 from cli_helpers import specrun
+
 from specrun.engine.loop import GenerationSettings
 from specrun.engine.sampling import SamplingParams
 from specrun.pair import Pair, PairConfig

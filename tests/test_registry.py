@@ -8,7 +8,12 @@ import pytest
 from model_fixtures import isolated_fixture, write_registry  # noqa: F401 - isolated_fixture provides `isolated`
 
 from specrun.errors import RegistryError
-from specrun.registry import load_registry, parse_text, shipped_registry_path, user_registry_path
+from specrun.registry import (
+    load_registry,
+    parse_text,
+    shipped_registry_path,
+    user_registry_path,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 

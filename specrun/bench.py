@@ -22,6 +22,7 @@ import numpy as np
 
 from . import costmodel, defaults
 from .bench_prompts import BenchPrompt
+from .engine.costs import time_batches
 from .engine.loop import GenerationSettings
 from .engine.sampling import SamplingParams
 from .engine.stats import Stats
@@ -399,8 +400,8 @@ class PairEngine:
         target, draft = self.pair.target_ctx, self.pair.draft_ctx
         self._reset()
         try:
-            verify = _time_batches(target, tokens, batch_sizes, reps)
-            draft_s = _time_batches(draft, tokens, [1], reps)[1] if draft is not None else None
+            verify = time_batches(target, tokens, batch_sizes, reps)
+            draft_s = time_batches(draft, tokens, [1], reps)[1] if draft is not None else None
         finally:
             self._reset()
         return Calibration(len(tokens), verify.get(1, 0.0), verify, draft_s)
@@ -432,18 +433,3 @@ class PairEngine:
 
     def piece(self, token: int) -> str:
         return self.pair.target_model.piece(token).decode("utf-8", "replace")
-
-
-def _time_batches(ctx, tokens: Sequence[int], sizes: Sequence[int], reps: int) -> dict[int, float]:
-    """Median seconds of ctx.decode over a batch of each size, on top of `tokens` as context."""
-    ctx.decode(list(tokens), "none")
-    base = len(ctx.tokens)
-    filler = list(tokens) * (max(sizes) // max(len(tokens), 1) + 1)
-    times: dict[int, list[float]] = {size: [] for size in sizes}
-    for _ in range(reps):
-        for size in sizes:
-            start = time.perf_counter()
-            ctx.decode(filler[:size], "all" if size > 1 else "last")
-            times[size].append(time.perf_counter() - start)
-            ctx.trim(base)
-    return {size: float(np.median(values)) for size, values in times.items()}

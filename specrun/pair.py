@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from . import defaults
+from . import cost_cache, defaults
 from .engine import llama as engine_llama
 from .engine.control import Controller
+from .engine.costs import DecodeCosts
+from .engine.costs import measure as measure_costs
 from .engine.drafters import ModelDrafter
 from .engine.hybrid import HybridDrafter
 from .engine.llama import Context, LoadOptions, Model
@@ -69,13 +71,20 @@ class Pair:
             require_compatible(Path(config.target), Path(config.draft))
         threads = config.threads or defaults.threads()
         self.threads = threads
-        self.target_model = Model(config.target, load_options(config.gpu_layers, warn))
+        self.warn = warn
+        target_options = load_options(config.gpu_layers, warn)
+        self.gpu_layers = target_options.gpu_layers
+        self.draft_gpu_layers = 0
+        self.target_model = Model(config.target, target_options)
         self.target_ctx = Context(self.target_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch)
         self.draft_model = self.draft_ctx = None
         self._auto = None  # (key, controller, lookup) kept across generations
+        self._costs: DecodeCosts | None = None
         if config.draft is not None:
             draft_layers = config.draft_gpu_layers if config.draft_gpu_layers is not None else config.gpu_layers
-            self.draft_model = Model(config.draft, load_options(draft_layers, warn))
+            draft_options = load_options(draft_layers, warn)
+            self.draft_gpu_layers = draft_options.gpu_layers
+            self.draft_model = Model(config.draft, draft_options)
             self.draft_ctx = Context(self.draft_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch)
 
     @property
@@ -138,8 +147,28 @@ class Pair:
         learned in one generation (a chat turn, a bench run) carry over to the next."""
         key = (tuple(names), k_max)
         if self._auto is None or self._auto[0] != key:
-            self._auto = (key, Controller(names, k_max=k_max, k_start=k_start), PromptLookupDrafter(max_draft=k_max))
+            controller = Controller(names, k_max=k_max, k_start=k_start)
+            costs = self.decode_costs()
+            per_token = {ModelDrafter.name: costs.draft_token_s} if costs.draft_token_s and ModelDrafter.name in names else {}
+            controller.seed(costs.verify_s, per_token)
+            self._auto = (key, controller, PromptLookupDrafter(max_draft=k_max))
         return self._auto[1], self._auto[2]
+
+    def decode_costs(self) -> DecodeCosts:
+        """This pair's decode costs: from specrun's cache, else measured now (a few seconds, once)."""
+        if self._costs is None:
+            key = cost_cache.cache_key(
+                Path(self.config.target), Path(self.config.draft) if self.config.draft else None, threads=self.threads,
+                gpu_layers=self.gpu_layers, draft_gpu_layers=self.draft_gpu_layers, build=engine_llama.system_info(),
+            )
+            self._costs = cost_cache.load(key)
+            if self._costs is None:
+                self.warn("specrun: measuring decode costs once for these models and settings (kept for next time)")
+                text = "The quick brown fox jumps over the lazy dog. " * 8
+                tokens = self.target_model.tokenize(text, add_special=True, parse_special=False)[:48]
+                self._costs = measure_costs(self.target_ctx, self.draft_ctx, tokens)
+                cost_cache.store(key, self._costs)
+        return self._costs
 
     def stream(self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None) -> Iterator[Step]:
         """Generate, yielding steps; the loop's `stats` are complete when the iterator ends."""

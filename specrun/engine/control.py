@@ -109,6 +109,18 @@ class Controller:
         self._recent_tokens = 0.0  # decayed tokens and seconds of recent steps: the achieved rate
         self._recent_seconds = 0.0
 
+    def seed(self, verify_s: dict[int, float], draft_token_s: dict[str, float] | None = None) -> None:
+        """Start from measured costs: target pass seconds by batch size, and seconds per drafted token
+        of model drafters. Decisions can then weigh each option from the first step, and a drafter
+        that cannot win even at full acceptance is never warmed up."""
+        for size, seconds in sorted(verify_s.items()):
+            self.verify.add(size, seconds)
+        for name, per_token in (draft_token_s or {}).items():
+            track = self._track(name)
+            for m in (1, self.k_max):
+                track.draft_cost.add(m, m * per_token)
+        self._profiles.clear()
+
     def _track(self, name: str) -> DrafterEstimates:
         if name not in self.tracks:
             self.tracks[name] = DrafterEstimates(
@@ -250,14 +262,14 @@ class Controller:
 
     def hopeless(self, drafter: str) -> bool:
         """Measured costs say the drafter loses to plain decoding even at full acceptance, so
-        measuring its acceptance further is wasted time (probes still check now and then)."""
+        measuring its acceptance is wasted time: it is neither warmed up nor probed."""
         ceiling, plain = self.ceiling(drafter), self.plain_rate()
         return ceiling is not None and plain is not None and ceiling < plain
 
     def _probe_or(self, best: Choice) -> Choice:
         """A due probe of a drafter other than the best, else the best (whose probe interval resets)."""
         for name, due in self.next_probe.items():
-            if name != best.drafter and self.steps >= due and not (self._hinted and name == self.lookup):
+            if name != best.drafter and self.steps >= due and not (self._hinted and name == self.lookup) and not self.hopeless(name):
                 return Choice(name, self.probe_k, "probe")
         if best.drafter is not None:
             self.probe_every[best.drafter] = self.probe_base

@@ -1,0 +1,63 @@
+"""Decode costs for auto: measured once per models and settings, cached, and used to seed the
+controller so it needs no trial steps to know what a verification batch costs."""
+
+from __future__ import annotations
+
+from specrun import cost_cache
+from specrun.engine.control import Controller
+from specrun.engine.costs import DecodeCosts
+from specrun.pair import Pair, PairConfig
+
+
+def test_cache_round_trip_and_bounded_size(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    costs = DecodeCosts({1: 0.03, 16: 0.25}, 0.02)
+    cost_cache.store("a", costs)
+    assert cost_cache.load("a") == costs and cost_cache.load("b") is None
+    for i in range(cost_cache.MAX_ENTRIES + 5):
+        cost_cache.store(f"k{i}", costs)
+    assert cost_cache.load("a") is None and cost_cache.load(f"k{cost_cache.MAX_ENTRIES + 4}") == costs
+
+
+def test_unreadable_cache_is_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cost_cache.cache_file().parent.mkdir(parents=True)
+    cost_cache.cache_file().write_text("{not json")
+    assert cost_cache.load("a") is None
+    cost_cache.store("a", DecodeCosts({1: 0.01}))
+    assert cost_cache.load("a") == DecodeCosts({1: 0.01})
+
+
+def test_pair_measures_costs_once_then_reads_them(tmp_path, monkeypatch, tiny_target, tiny_draft):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    notices: list[str] = []
+    first = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
+    costs = first.decode_costs()
+    first.close()
+    assert len(notices) == 1 and "measuring decode costs" in notices[0]
+    assert {1, 2, 5, 16, 17, 32} <= set(costs.verify_s) and costs.draft_token_s > 0
+    second = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
+    try:
+        assert second.decode_costs() == costs and len(notices) == 1
+        other_threads = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=2), warn=notices.append)
+        other_threads.decode_costs()
+        other_threads.close()
+        assert len(notices) == 2  # another thread count is another machine configuration
+    finally:
+        second.close()
+
+
+def test_seeded_controller_skips_measuring_and_never_warms_up_a_hopeless_draft():
+    c = Controller(["ngram", "draft"], 16, warmup_steps=3)
+    c.seed({1: 0.033, 2: 0.057, 5: 0.113, 9: 0.227, 16: 0.254, 17: 0.3}, {"draft": 0.020})
+    assert c.hopeless("draft")
+    choice = c.choose()
+    assert choice.reason != "warmup" or choice.drafter != "draft"
+    assert c.choose([]).drafter is None  # no lookup match: plain decoding, no measuring step
+
+
+def test_seeded_controller_still_warms_up_a_draft_that_can_win():
+    c = Controller(["draft"], 8, warmup_steps=3)
+    c.seed({1: 0.020, 5: 0.022, 9: 0.024}, {"draft": 0.001})
+    assert not c.hopeless("draft")
+    assert c.choose() == type(c.choose())("draft", c.k_start, "warmup")

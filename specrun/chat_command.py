@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import sys
 from typing import Annotated
 
@@ -15,11 +14,10 @@ from .chat_display import JsonlDisplay, PlainDisplay, TerminalDisplay
 from .chat_input import JsonlInput, LineInput, TerminalInput
 from .chat_repl import Interrupts, run_session
 from .chat_slash import ALIASES, COMMANDS
-from .engine.loop import GenerationSettings
-from .engine.sampling import SamplingParams
+from .command_setup import generation_settings, pair_config, pick_seed, spec_mode
 from .errors import EXIT_USAGE, InputError
-from .output import Output
-from .pair import Pair, PairConfig
+from .output import Output, isatty
+from .pair import Pair
 from .resolve import resolve_models
 
 ShowDrafts = Annotated[
@@ -60,25 +58,20 @@ def chat(
     """Chat with a model: live speed and acceptance on a terminal; one turn per line from a pipe."""
     out = Output(quiet=quiet)
     models = resolve_models(target, draft, pair, registry, draft_max)
-    terminal = not jsonl and _isatty(sys.stdin)
-    config = PairConfig(models.target, models.draft, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
-    settings = GenerationSettings(
-        max_tokens=max_tokens,
-        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
-        draft_max=models.draft_max,
-        draft_min=draft_min,
-        draft_p_min=draft_p_min,
-        stop=tuple(stop or ()),
-        ignore_eos=ignore_eos,
+    terminal = not jsonl and isatty(sys.stdin)
+    config = pair_config(models, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+    settings = generation_settings(
+        models, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=None,
+        draft_min=draft_min, draft_p_min=draft_p_min, stop=stop, ignore_eos=ignore_eos,
     )
-    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    seed = pick_seed(seed)
     if terminal and not quiet:
         out.warn("loading models…")
     loaded = Pair(config, warn=out.warn)
     try:
         if loaded.target_model.chat_template() is None:
             raise InputError(f"{models.target.name} has no chat template in its metadata", "chat needs one; `specrun run --raw` feeds text as is")
-        session = ChatSession(loaded, settings, mode=_mode(spec, draft), system=system, seed=seed)
+        session = ChatSession(loaded, settings, mode=spec_mode(spec, draft), system=system, seed=seed)
         if terminal:
             display = TerminalDisplay(loaded.target_model, show_drafts=show_drafts, quiet=quiet)
             reader = TerminalInput(list(COMMANDS) + list(ALIASES), before_prompt=display.before_prompt)
@@ -99,17 +92,3 @@ def register(app: typer.Typer) -> None:
     if any(info.name == "chat" for info in app.registered_commands):
         return
     app.command(name="chat")(chat)
-
-
-def _mode(spec: str | None, draft: str | None) -> str | None:
-    """--spec as given; plain decoding for `--draft none`; else the pair's default (None)."""
-    if spec:
-        return spec.strip().lower()
-    return "off" if draft is not None and draft.strip().lower() == "none" else None
-
-
-def _isatty(stream) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -11,14 +10,14 @@ import typer
 
 from . import defaults
 from . import options as opt
+from .command_setup import generation_settings, pair_config, pick_seed, spec_mode
 from .engine.loop import GenerationSettings
-from .engine.sampling import SamplingParams
 from .engine.stats import Stats
 from .errors import InputError
 from .output import Output
-from .pair import Pair, PairConfig
+from .pair import Pair
 from .prompt_input import read_prompt
-from .resolve import is_none, resolve_models
+from .resolve import resolve_models
 
 
 def status_line(stats: Stats, elapsed: float, label: str) -> str:
@@ -54,13 +53,6 @@ def summary_line(stats: Stats, label: str) -> str:
     return " · ".join(parts)
 
 
-def spec_mode(spec: str | None, draft: str | None) -> str:
-    """--spec as given; otherwise plain decoding for `--draft none`, else the default (auto)."""
-    if spec:
-        return spec
-    return "off" if is_none(draft) else defaults.SPEC_MODE
-
-
 def run(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or a pipe reads stdin (both given: stdin first).")] = None,
     target: opt.Target = None,
@@ -92,19 +84,11 @@ def run(
     out = Output(quiet=quiet, json_mode=json_output)
     text = read_prompt(prompt)
     models = resolve_models(target, draft, pair, registry, draft_max)
-    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
-    config = PairConfig(
-        models.target, models.draft, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers
-    )
-    settings = GenerationSettings(
-        max_tokens=max_tokens,
-        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
-        seed=seed,
-        draft_max=models.draft_max,
-        draft_min=draft_min,
-        draft_p_min=draft_p_min,
-        stop=tuple(stop or ()),
-        ignore_eos=ignore_eos,
+    seed = pick_seed(seed)
+    config = pair_config(models, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+    settings = generation_settings(
+        models, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+        draft_min=draft_min, draft_p_min=draft_p_min, stop=stop, ignore_eos=ignore_eos,
     )
     loaded = Pair(config, warn=out.warn)
     try:

@@ -1,0 +1,44 @@
+"""What `run` and `chat` build alike from their flags: the mode, the seed, the settings, the pair."""
+
+from __future__ import annotations
+
+import random
+
+from . import defaults
+from .engine.loop import GenerationSettings
+from .engine.sampling import SamplingParams
+from .pair import PairConfig
+from .resolve import Resolved, is_none
+
+
+def spec_mode(spec: str | None, draft: str | None) -> str:
+    """--spec as given; otherwise plain decoding for `--draft none`, else the default (auto)."""
+    if spec:
+        return spec.strip().lower()
+    return "off" if is_none(draft) else defaults.SPEC_MODE
+
+
+def pick_seed(seed: int | None) -> int:
+    """The seed given, or a fresh one that is reported so the run can be repeated."""
+    return seed if seed is not None else random.SystemRandom().randrange(2**31)
+
+
+def generation_settings(
+    models: Resolved, *, max_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float, seed: int | None,
+    draft_min: int, draft_p_min: float, stop: list[str] | None, ignore_eos: bool,
+) -> GenerationSettings:
+    """GenerationSettings from command flags; K comes from the resolved pair."""
+    return GenerationSettings(
+        max_tokens=max_tokens,
+        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
+        seed=seed,
+        draft_max=models.draft_max,
+        draft_min=draft_min,
+        draft_p_min=draft_p_min,
+        stop=tuple(stop or ()),
+        ignore_eos=ignore_eos,
+    )
+
+
+def pair_config(models: Resolved, *, ctx_size: int, threads: int, gpu_layers: int | None, draft_gpu_layers: int | None) -> PairConfig:
+    return PairConfig(models.target, models.draft, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)

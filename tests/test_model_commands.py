@@ -212,7 +212,7 @@ def test_progress_bar_on_a_terminal():
 
 @pytest.mark.real
 def test_real_check_exit_codes(capsys):
-    from test_vocab import _real
+    from conftest import real_model as _real
 
     _real("qwen2.5-coder-1.5b"), _real("qwen2.5-coder-0.5b"), _real("smollm2-135m")
     code, out, _ = invoke(capsys, "check")

@@ -380,3 +380,34 @@ def test_lookup_proposal_is_tried_when_only_single_token_costs_are_known():
     c.observe_step(None, 0, 0, 0, 0.0, 0.033, 1)
     choice = c.choose([0.9, 0.9, 0.9])
     assert choice.drafter == "ngram" and choice.k == 3 and choice.reason == "warmup"
+
+
+def test_trim_does_not_count_tokens_the_proposal_does_not_have():
+    """On a CPU where a pass over 2 tokens costs 2× one, a confident 1-token lookup proposal does
+    not pay (longer drafts it does not have cannot rescue it); the same confidence over 15 tokens,
+    verified in one cheap 16-token pass, does."""
+    c = Controller(["ngram"], 31)
+    c.seed({1: 0.031, 2: 0.063, 3: 0.080, 5: 0.123, 9: 0.245, 16: 0.254, 17: 0.319, 32: 0.462})
+    assert c.trim([0.95], 1) == 0
+    assert c.trim([0.95] * 15, 15) == 15
+
+
+def test_auto_skips_the_draft_prefill_when_the_draft_cannot_win():
+    from specrun.engine.policy import AutoPolicy
+
+    class Recorder:
+        name = "draft"
+        prompts: list = []
+
+        def prefill(self, prompt):
+            self.prompts.append(list(prompt))
+
+    hopeless = Controller(["ngram", "draft"], 8)
+    hopeless.seed({1: 0.033, 2: 0.06, 5: 0.113, 9: 0.227}, {"draft": 0.020})
+    model = Recorder()
+    AutoPolicy(hopeless, lookup=None, model=model).prefill([1, 2, 3])
+    assert model.prompts == []
+    promising = Controller(["ngram", "draft"], 8)
+    promising.seed({1: 0.020, 5: 0.022, 9: 0.024}, {"draft": 0.001})
+    AutoPolicy(promising, lookup=None, model=model).prefill([1, 2, 3])
+    assert model.prompts == [[1, 2, 3]]

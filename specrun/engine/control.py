@@ -212,14 +212,16 @@ class Controller:
         for j, c in enumerate(confidence[:drafted], start=1):
             gain = survive * c
             extra = self.verify(j + 1) - self.verify(j)
-            if gain <= value * extra and not self._pays_ahead(j, gain, c, value):
+            if gain <= value * extra and not self._pays_ahead(j, gain, c, value, drafted):
                 return j - 1
             survive = gain
         return drafted
 
-    def _pays_ahead(self, j: int, gain: float, c: float, value: float) -> bool:
+    def _pays_ahead(self, j: int, gain: float, c: float, value: float, drafted: int) -> bool:
+        """Whether tokens j..end of this draft, as confident as token j, pay for their verification
+        together, for some end within the draft in hand (tokens it does not have add nothing)."""
         base, tokens = self.verify(j), 0.0
-        for end in range(j, self.k_max + 1):
+        for end in range(j, min(drafted, self.k_max) + 1):
             tokens += gain
             gain *= c
             if tokens > value * (self.verify(end + 1) - base):

@@ -89,7 +89,10 @@ class AutoPolicy:
         return Plan(drafter.name, k, drafter.propose(history, k), drafter)
 
     def prefill(self, prompt: Sequence[int]) -> None:
-        prefill_drafter(self.model, prompt)
+        """The draft model reads the prompt only if it may be used: a drafter the measured costs
+        rule out would only delay the first token."""
+        if self.model is not None and not self.controller.hopeless(self.model.name):
+            prefill_drafter(self.model, prompt)
 
     def observe(self, plan: Plan, accepted: int, t_draft: float, t_verify: float) -> None:
         drafted = len(plan.draft.tokens)

@@ -114,19 +114,26 @@ class PromptLookupDrafter:
         self.max_draft = max_draft
         self.decay = decay
         self.prior_weight = prior_weight
-        self._successes = [0.0] * (ngram_max + 1)
-        self._trials = [0.0] * (ngram_max + 1)
+        # Per match length: the first drafted token, and the tokens after an accepted one, apart:
+        # matches either fail at once or copy a long run, which one rate per token misjudges.
+        self._first = [[0.0, 0.0] for _ in range(ngram_max + 1)]  # [successes, trials]
+        self._rest = [[0.0, 0.0] for _ in range(ngram_max + 1)]
         self._pending: tuple[int, int, list[int]] | None = None  # (history length, n, tokens)
 
     def draft_length(self, n: int) -> int:
         """Most tokens a match of length n may draft."""
         return min(self.max_draft, 2 ** (n - 1))
 
-    def confidence(self, n: int) -> float:
-        """Estimated per-token acceptance for drafts from matches of length n."""
-        prior = n / (n + 1)
+    def confidence(self, n: int, position: int = 2) -> float:
+        """Estimated acceptance of a drafted token from a match of length n, given that the tokens
+        before it were accepted: position 1 (the first) and later positions are estimated apart."""
+        successes, trials = self._first[n] if position == 1 else self._rest[n]
+        prior = n / (n + 2) if position == 1 else n / (n + 1)
         w = self.prior_weight
-        return (self._successes[n] + w * prior) / (self._trials[n] + w)
+        return (successes + w * prior) / (trials + w)
+
+    def confidences(self, n: int, length: int) -> list[float]:
+        return [self.confidence(n, 1)] + [self.confidence(n, 2)] * (length - 1) if length else []
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         keep = self.index.sync(history)
@@ -142,7 +149,7 @@ class PromptLookupDrafter:
             src = end + i
             out.append(tokens[src] if src < size else out[src - size])
         self._pending = (size, n, out)
-        return Draft(out, None, [self.confidence(n)] * len(out))
+        return Draft(out, None, self.confidences(n, len(out)))
 
     def feedback(self, drafted: int, accepted: int) -> None:
         """Learn from the verified outcome of the last proposal."""
@@ -165,7 +172,12 @@ class PromptLookupDrafter:
             self._learn(n, matched, failed=matched < len(actual))
 
     def _learn(self, n: int, successes: int, failed: bool) -> None:
-        self._successes = [s * self.decay for s in self._successes]
-        self._trials = [t * self.decay for t in self._trials]
-        self._successes[n] += successes
-        self._trials[n] += successes + (1 if failed else 0)
+        for table in (self._first, self._rest):
+            for row in table:
+                row[0] *= self.decay
+                row[1] *= self.decay
+        self._first[n][1] += 1
+        if successes:
+            self._first[n][0] += 1
+            self._rest[n][0] += successes - 1
+            self._rest[n][1] += successes - 1 + (1 if failed else 0)

@@ -342,7 +342,7 @@ def test_ordinary_luck_is_rarely_taken_for_a_change(rate, k):
 @pytest.mark.parametrize("name", ["prose, CPU", "code edit, CPU", "mixed, CPU"])
 def test_auto_keeps_up_with_the_best_fixed_configuration_on_this_cpu(name):
     costs, text = SCENARIOS[name]
-    result = compare(costs, text, n_tokens=600, seeds=range(3))
+    result = compare(costs, text, n_tokens=600, seeds=range(10))  # ten texts: timing noise averages out
     assert result["auto"] >= 0.98 * result["best_rate"], (result["best"], result["auto"] / result["best_rate"])
     assert result["auto"] >= 0.98 * result["plain"]
 

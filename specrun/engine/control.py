@@ -38,6 +38,7 @@ class Choice:
 
 
 PLAIN = Choice(None, 0)
+HOPE_MARGIN = 1.2  # full acceptance never happens: a drafter must promise this much over plain to be tried
 
 
 class Controller:
@@ -263,10 +264,12 @@ class Controller:
         return max((k + 1) / max(track.draft_cost(k) + self.verify(k + 1), 1e-12) for k in range(1, self.k_max + 1))
 
     def hopeless(self, drafter: str) -> bool:
-        """Measured costs say the drafter loses to plain decoding even at full acceptance, so
-        measuring its acceptance is wasted time: it is neither warmed up nor probed."""
+        """Measured costs say the drafter cannot beat plain decoding by HOPE_MARGIN even if every
+        token it drafted were accepted, so measuring its acceptance is wasted time (and, for a
+        draft model, each try costs a catch-up pass over the text it missed): it is neither
+        warmed up nor probed."""
         ceiling, plain = self.ceiling(drafter), self.plain_rate()
-        return ceiling is not None and plain is not None and ceiling < plain
+        return ceiling is not None and plain is not None and ceiling < HOPE_MARGIN * plain
 
     def _probe_or(self, best: Choice) -> Choice:
         """A due probe of a drafter other than the best, else the best (whose probe interval resets)."""

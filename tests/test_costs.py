@@ -70,3 +70,12 @@ def test_a_draft_that_wins_only_at_full_acceptance_of_31_tokens_is_not_tried():
     c.seed({1: 0.0329, 2: 0.0583, 5: 0.1134, 9: 0.2302, 17: 0.3018, 32: 0.4239}, {"draft": 0.0192})
     assert c.ceiling("draft") > c.plain_rate()
     assert c.hopeless("draft")
+
+
+def test_a_ruled_out_draft_stays_out_when_plain_steps_get_slower_at_longer_contexts():
+    c = Controller(["ngram", "draft"], 31)
+    c.seed({1: 0.0329, 2: 0.0583, 5: 0.1134, 9: 0.2302, 17: 0.3018, 32: 0.4239}, {"draft": 0.0192})
+    for _ in range(20):  # single-token passes at a longer context
+        c.observe_step(None, 0, 0, 0, 0.0, 0.045, 1)
+    assert c.hopeless("draft")
+    assert all(c.choose([]).drafter != "draft" for _ in range(50))

@@ -95,6 +95,7 @@ class Controller:
         self.cost_decay = cost_decay
         self.rate_decay = rate_decay
         self.verify = CostCurve(decay=cost_decay)
+        self.ruled_out: set[str] = set()  # drafters the seeded costs showed cannot pay
         self.tracks: dict[str, DrafterEstimates] = {}
         self.probe_every: dict[str, int] = {}  # per drafter: steps between probes while it is not the best
         self.next_probe: dict[str, int] = {}
@@ -121,6 +122,9 @@ class Controller:
             for m in (1, self.k_max):
                 track.draft_cost.add(m, m * per_token)
         self._profiles.clear()
+        # Judged once, from one consistent calibration: later plain steps run at longer contexts
+        # than the calibration's larger batches and would make the comparison drift.
+        self.ruled_out = {name for name in (draft_token_s or {}) if self.hopeless(name)}
 
     def _track(self, name: str) -> DrafterEstimates:
         if name not in self.tracks:
@@ -268,6 +272,8 @@ class Controller:
         token it drafted were accepted, so measuring its acceptance is wasted time (and, for a
         draft model, each try costs a catch-up pass over the text it missed): it is neither
         warmed up nor probed."""
+        if drafter in self.ruled_out:
+            return True
         ceiling, plain = self.ceiling(drafter), self.plain_rate()
         return ceiling is not None and plain is not None and ceiling < HOPE_MARGIN * plain
 

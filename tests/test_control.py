@@ -411,3 +411,12 @@ def test_auto_skips_the_draft_prefill_when_the_draft_cannot_win():
     promising.seed({1: 0.020, 5: 0.022, 9: 0.024}, {"draft": 0.001})
     AutoPolicy(promising, lookup=None, model=model).prefill([1, 2, 3])
     assert model.prompts == [[1, 2, 3]]
+
+
+def test_a_lookup_draft_must_promise_a_margin_over_plain_decoding():
+    """Verify cost: 1 + 0.5 per extra token. One draft token at confidence c gives 1 + c tokens for
+    1.5 passes' time: c = 0.70 promises 1.13× plain (taken), c = 0.62 promises 1.08× (not)."""
+    c = Controller(["ngram"], 8, warmup_steps=0)
+    c.seed({1: 0.020, 2: 0.030, 3: 0.040, 9: 0.100})
+    assert c.choose([0.70]) == type(c.choose([]))("ngram", 1)
+    assert c.choose([0.62]).drafter is None

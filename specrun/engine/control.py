@@ -38,6 +38,8 @@ class Choice:
 
 
 PLAIN = Choice(None, 0)
+LOOKUP_MARGIN = 1.1  # a lookup draft is taken only when it promises 10% more than the alternative:
+# its confidence is an estimate, and a wrong long draft costs several plain steps
 HOPE_MARGIN = 1.2  # full acceptance never happens: a drafter must promise this much over plain to be tried
 
 
@@ -309,7 +311,7 @@ class Controller:
             track = self._track(self.lookup)
             draft_seconds = track.draft_cost(keep) if track.draft_cost else 0.0
             tokens = expected_tokens(confidence, keep)
-            if tokens - value * (draft_seconds + self.verify(keep + 1)) > best_worth:
+            if tokens - LOOKUP_MARGIN * value * (draft_seconds + self.verify(keep + 1)) > best_worth:
                 return Choice(self.lookup, keep)
         return self._probe_or(best)
 

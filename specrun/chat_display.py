@@ -21,7 +21,7 @@ from rich.text import Text
 from .chat import Answer, ChatSession, Turn
 from .engine.loop import Step
 from .errors import OutputClosed
-from .output import CLEAR, DOWN, RESTORE, SAVE, UP, same_terminal
+from .output import StatusLine, isatty, same_terminal
 
 STATUS_EVERY = 0.1  # seconds between recomputed status lines
 DRAFT_STYLE = "cyan"
@@ -154,9 +154,9 @@ class TerminalDisplay:
         self.err = stderr or sys.stderr
         self.console = Console(file=self.out, highlight=False, soft_wrap=True, emoji=False)
         self.console_err = Console(file=self.err, highlight=False, soft_wrap=True, emoji=False)
-        self.live = not quiet and _isatty(self.err)
+        self.live = not quiet and isatty(self.err)
         self.shared = self.live and same_terminal(self.out, self.err)
-        self._shown = False
+        self.status_line = StatusLine(self.err, shared=self.shared)
         self._line = ""
         self.errors = 0
 
@@ -251,19 +251,10 @@ class TerminalDisplay:
         return captured.get()
 
     def _draw(self) -> None:
-        if self.shared:
-            self.err.write(DOWN + UP + SAVE + DOWN + CLEAR + self._line + RESTORE)
-        else:
-            self.err.write(CLEAR + self._line)
-        self.err.flush()
-        self._shown = True
+        self.status_line.draw(self._line)
 
     def _clear(self) -> None:
-        if not self._shown:
-            return
-        self.err.write(SAVE + DOWN + CLEAR + RESTORE if self.shared else CLEAR)
-        self.err.flush()
-        self._shown = False
+        self.status_line.clear()
 
 
 class PlainDisplay:
@@ -335,10 +326,3 @@ class JsonlDisplay(PlainDisplay):
             self.error(answer.error)
         if not self.quiet:
             self._err(summary_line(answer))
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False

@@ -29,6 +29,32 @@ def same_terminal(a: TextIO, b: TextIO) -> bool:
         return False
 
 
+class StatusLine:
+    """One status line on stderr, redrawn in place. When stdout shares the terminal it sits on the
+    line below the text (made to exist first, so saving and restoring the cursor never straddles a
+    scroll), and it is cleared before more text is written."""
+
+    def __init__(self, err: TextIO, *, shared: bool):
+        self.err = err
+        self.shared = shared
+        self.shown = False
+
+    def draw(self, line: str) -> None:
+        if self.shared:
+            self.err.write(DOWN + UP + SAVE + DOWN + CLEAR + line + RESTORE)
+        else:
+            self.err.write(CLEAR + line)
+        self.err.flush()
+        self.shown = True
+
+    def clear(self) -> None:
+        if not self.shown:
+            return
+        self.err.write(SAVE + DOWN + CLEAR + RESTORE if self.shared else CLEAR)
+        self.err.flush()
+        self.shown = False
+
+
 class Output:
     """Routes text, status, warnings and JSON to the right stream."""
 
@@ -39,7 +65,7 @@ class Output:
         self.json_mode = json_mode
         self.live = isatty(self.err) and not quiet
         self.shared = self.live and same_terminal(self.out, self.err)
-        self._status_shown = False
+        self.line = StatusLine(self.err, shared=self.shared)
         self.wrote_text = False
         self.ends_with_newline = True
 
@@ -47,31 +73,19 @@ class Output:
         """Generated text: to stdout, flushed at once (nothing in --json mode)."""
         if self.json_mode or not chunk:
             return
-        if self.shared and self._status_shown:
-            self.err.write(SAVE + DOWN + CLEAR + RESTORE)
-            self.err.flush()
-            self._status_shown = False
+        if self.shared:
+            self.line.clear()
         self._write_out(chunk)
         self.wrote_text = True
         self.ends_with_newline = chunk.endswith("\n")
 
     def status(self, line: str) -> None:
         """The live status line, redrawn in place; only while stderr is a terminal."""
-        if not self.live:
-            return
-        if self.shared:
-            self.err.write(DOWN + UP + SAVE + DOWN + CLEAR + line + RESTORE)
-        else:
-            self.err.write(CLEAR + line)
-        self.err.flush()
-        self._status_shown = True
+        if self.live:
+            self.line.draw(line)
 
     def clear_status(self) -> None:
-        if not self._status_shown:
-            return
-        self.err.write(SAVE + DOWN + CLEAR + RESTORE if self.shared else CLEAR)
-        self.err.flush()
-        self._status_shown = False
+        self.line.clear()
 
     def end_text(self) -> None:
         """Finish the text stream: a newline on a terminal so the prompt does not glue to the answer."""

@@ -46,21 +46,17 @@ def live_label(turn: Turn) -> str:
 
 def final_label(answer: Answer) -> str:
     """Under auto, how many steps each choice got; otherwise the mode and K."""
-    counts = getattr(answer.stats, "by_drafter", None)
-    if answer.mode != "auto" or not counts:
+    if answer.mode != "auto" or not answer.stats.by_drafter:
         return label(answer.mode, answer.k)
-    ranked = sorted(counts.items(), key=lambda item: -item[1]["steps"])
-    return "auto: " + ", ".join(f"{name} {c['steps']} steps" for name, c in ranked)
+    return "auto: " + answer.stats.steps_by_drafter()
 
 
 def status_text(turn: Turn, elapsed: float) -> Text:
     """The live line while an answer streams."""
     stats = turn.loop.stats
     generated = len(turn.loop.generated)
-    ttft = stats.time_to_first_token
-    speed = (generated - 1) / (elapsed - ttft) if generated > 1 and ttft and elapsed > ttft else 0.0
     text = Text()
-    text.append(f"{speed:.1f} tok/s", style="bold")
+    text.append(f"{stats.decode_rate_at(elapsed):.1f} tok/s", style="bold")
     if stats.drafted:
         rate = stats.accepted / stats.drafted
         text.append(" · accept ")

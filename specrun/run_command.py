@@ -22,8 +22,7 @@ from .resolve import resolve_models
 
 def status_line(stats: Stats, elapsed: float, label: str) -> str:
     """The live line: speed, acceptance, tokens per step, and what drafts."""
-    speed = (stats.generated_tokens - 1) / (elapsed - stats.time_to_first_token) if stats.generated_tokens > 1 and elapsed > stats.time_to_first_token else 0.0
-    parts = [f"{stats.generated_tokens} tok", f"{speed:.1f} tok/s"]
+    parts = [f"{stats.generated_tokens} tok", f"{stats.decode_rate_at(elapsed):.1f} tok/s"]
     if stats.drafted:
         parts.append(f"accept {100 * stats.acceptance_rate:.0f}% ({stats.accepted}/{stats.drafted})")
         parts.append(f"{stats.mean_tokens_per_step:.2f} tok/step")
@@ -35,8 +34,7 @@ def mode_label(stats: Stats, mode: str, label: str) -> str:
     """What drafted: the fixed mode's label, or for auto how many steps each choice got."""
     if mode != "auto" or not stats.by_drafter:
         return label
-    parts = [f"{name} {counts['steps']}" for name, counts in sorted(stats.by_drafter.items(), key=lambda kv: -kv[1]["steps"])]
-    return "auto steps: " + ", ".join(parts)
+    return "auto: " + stats.steps_by_drafter()
 
 
 def summary_line(stats: Stats, label: str) -> str:

@@ -55,6 +55,16 @@ class Stats:
         span = self.total_time - self.time_to_first_token
         return (self.generated_tokens - 1) / span if self.generated_tokens > 1 and span > 0 else None
 
+    def decode_rate_at(self, elapsed: float) -> float:
+        """The steady speed while generation is still running, `elapsed` seconds after it began."""
+        span = elapsed - self.time_to_first_token
+        return (self.generated_tokens - 1) / span if self.generated_tokens > 1 and self.time_to_first_token and span > 0 else 0.0
+
+    def steps_by_drafter(self) -> str:
+        """How many steps each drafter (or plain decoding) got, most first: "plain 75 steps, ngram 36 steps"."""
+        ranked = sorted(self.by_drafter.items(), key=lambda item: -item[1]["steps"])
+        return ", ".join(f"{name} {counts['steps']} steps" for name, counts in ranked)
+
     @property
     def mean_tokens_per_step(self) -> float | None:
         return (self.generated_tokens - 1) / self.steps if self.steps else None

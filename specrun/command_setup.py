@@ -7,8 +7,9 @@ import random
 from . import defaults
 from .engine.loop import GenerationSettings
 from .engine.sampling import SamplingParams
+from .fetch import is_none
 from .pair import PairConfig
-from .resolve import Resolved, is_none
+from .resolve import Resolved
 
 
 def spec_mode(spec: str | None, draft: str | None) -> str:

@@ -222,6 +222,11 @@ def resolve_spec(spec: str, registry: Registry, progress: ProgressHook | None = 
     raise RegistryError(f"'{spec}' is neither a model file nor a registry model", registry.suggest(spec))
 
 
+def is_none(value: str | None) -> bool:
+    """`--draft none`: plain decoding was asked for."""
+    return value is not None and value.strip().lower() == "none"
+
+
 def resolve_models(
     target: str | None,
     draft: str | None,
@@ -238,7 +243,7 @@ def resolve_models(
     chosen = registry.pair(pair) if pair else (registry.default_pair() if target is None else None)
     target_spec = target if target is not None else chosen.target  # type: ignore[union-attr]
     if draft is not None:
-        draft_spec: str | None = None if draft.strip().lower() == "none" else draft
+        draft_spec: str | None = None if is_none(draft) else draft
     elif chosen is not None:
         draft_spec = chosen.draft
     else:

@@ -11,11 +11,6 @@ from .output import progress_display
 from .registry import load_registry
 
 
-def is_none(value: str | None) -> bool:
-    """`--draft none`: plain decoding was asked for."""
-    return value is not None and value.strip().lower() == "none"
-
-
 @dataclass(frozen=True)
 class Resolved:
     """What the model flags came to: local files and the pair's recommended K (if any)."""

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from .atomic import write_atomic
+from .bundle import recorded_sha256
 
 PACKAGES = ("specrun", "llama_cpp_python", "numpy", "typer", "rich", "huggingface_hub", "matplotlib")
 
@@ -70,23 +71,11 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _record_hash(path: Path, st: os.stat_result) -> str | None:
-    """The bundle assembler's record, when it still describes this file."""
-    try:
-        record = json.loads(path.with_name(path.name + ".verified.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if isinstance(record, dict) and record.get("size") == st.st_size and record.get("mtime_ns") == st.st_mtime_ns:
-        sha = record.get("sha256")
-        return sha if isinstance(sha, str) and len(sha) == 64 else None
-    return None
-
-
 def file_hash(path: Path, cache: Path | None = None, hasher: Callable[[Path], str] = _sha256) -> tuple[str, str]:
     """(sha256, where it came from: "record", "cache" or "computed")."""
     path = Path(path).resolve()
     st = path.stat()
-    sha = _record_hash(path, st)
+    sha = recorded_sha256(path)
     if sha:
         return sha, "record"
     cache = cache or _hash_cache_path()

@@ -92,18 +92,22 @@ def record_path(path: Path) -> Path:
     return path.with_name(path.name + ".verified.json")
 
 
-def _record_matches(path: Path, sha256: str, size: int) -> bool:
+def recorded_sha256(path: Path) -> str | None:
+    """The sha256 in the file's verification record, while the record still describes the file
+    (same size and mtime); None otherwise."""
     try:
         record = json.loads(record_path(path).read_text())
         st = path.stat()
     except (OSError, ValueError):
-        return False
-    return (
-        isinstance(record, dict)
-        and record.get("sha256") == sha256
-        and st.st_size == size == record.get("size")
-        and st.st_mtime_ns == record.get("mtime_ns")
-    )
+        return None
+    if not isinstance(record, dict) or record.get("size") != st.st_size or record.get("mtime_ns") != st.st_mtime_ns:
+        return None
+    sha = record.get("sha256")
+    return sha if isinstance(sha, str) and len(sha) == 64 else None
+
+
+def _record_matches(path: Path, sha256: str, size: int) -> bool:
+    return recorded_sha256(path) == sha256 and path.stat().st_size == size
 
 
 def ready_path(name: str, bundle: BundleSource, cache: Path) -> Path | None:

@@ -101,10 +101,10 @@ class Model:
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train = lib.llama_model_n_ctx_train(self.ptr)
         self.add_bos = bool(lib.llama_vocab_get_add_bos(self.vocab))
-        self._eog = np.array([bool(lib.llama_vocab_is_eog(self.vocab, t)) for t in range(self.n_vocab)])
 
     def is_eog(self, token: int) -> bool:
-        return bool(self._eog[token])
+        """Any end-of-generation token of the vocabulary (EOS, EOT, <|im_end|>, …)."""
+        return bool(_llama().llama_vocab_is_eog(self.vocab, token))
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         """Text → token ids; `parse_special` lets chat-template markers become control tokens."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import costmodel, defaults
 from .bench_prompts import BenchPrompt
-from .engine.costs import time_batches
+from .engine.costs import measure as measure_costs
 from .engine.loop import GenerationSettings
 from .engine.sampling import SamplingParams
 from .engine.stats import Stats
@@ -397,14 +397,8 @@ class PairEngine:
         Sizes are interleaved within each repetition, like the runs, and the cache is trimmed back
         after every pass so each one sees the same context length.
         """
-        target, draft = self.pair.target_ctx, self.pair.draft_ctx
-        self._reset()
-        try:
-            verify = time_batches(target, tokens, batch_sizes, reps)
-            draft_s = time_batches(draft, tokens, [1], reps)[1] if draft is not None else None
-        finally:
-            self._reset()
-        return Calibration(len(tokens), verify.get(1, 0.0), verify, draft_s)
+        costs = measure_costs(self.pair.target_ctx, self.pair.draft_ctx, tokens, batch_sizes, reps)
+        return Calibration(len(tokens), costs.verify_s.get(1, 0.0), costs.verify_s, costs.draft_token_s)
 
     def next_logits(self, tokens: list[int]) -> np.ndarray:
         """The target's next-token logits after `tokens`, from a fresh prefill."""

@@ -1,4 +1,4 @@
-"""Decode costs measured once per (models, build, threads, GPU layers), kept in specrun's cache.
+"""Decode costs measured once per (models, build, threads, GPU layers, sizes timed), kept in specrun's cache.
 
 A pair's cost curve changes only when one of those does, so `auto` reads it from disk instead of
 spending seconds to measure it in every run.
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from .atomic import write_atomic
-from .engine.costs import DecodeCosts
+from .engine.costs import CALIBRATION_SIZES, DecodeCosts
 from .fetch import cache_dir
 
 MAX_ENTRIES = 32
@@ -30,7 +30,7 @@ def _identity(path: Path | None) -> list | None:
 
 def cache_key(target: Path, draft: Path | None, *, threads: int, gpu_layers: int, draft_gpu_layers: int, build: str) -> str:
     """A digest of everything the costs depend on."""
-    parts = [_identity(target), _identity(draft), threads, gpu_layers, draft_gpu_layers, build]
+    parts = [_identity(target), _identity(draft), threads, gpu_layers, draft_gpu_layers, build, list(CALIBRATION_SIZES)]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
 

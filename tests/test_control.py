@@ -420,3 +420,34 @@ def test_a_lookup_draft_must_promise_a_margin_over_plain_decoding():
     c.seed({1: 0.020, 2: 0.030, 3: 0.040, 9: 0.100})
     assert c.choose([0.70]) == type(c.choose([]))("ngram", 1)
     assert c.choose([0.62]).drafter is None
+
+
+# -- batch sizes that cost less than smaller ones -------------------------------------------------
+
+# Measured on a 2-core CPU: 16-token passes are cheaper than 15-token ones (kernels work in tiles).
+TILED = {1: 0.039, 2: 0.064, 4: 0.103, 8: 0.231, 9: 0.247, 15: 0.338, 16: 0.285, 17: 0.320, 31: 0.523, 32: 0.463}
+
+
+def test_cost_curve_finds_a_larger_size_that_costs_less():
+    curve = CostCurve()
+    for size, seconds in TILED.items():
+        curve.add(size, seconds)
+    assert curve.cheapest(13, 16) == (16, 0.285)
+    assert curve.cheapest(13, 15)[0] == 13  # 16 tokens are not in hand
+    assert curve.cheapest(2, 32) == (2, 0.064)
+
+
+def test_a_lookup_draft_fills_the_cheapest_batch_it_fits_in():
+    c = Controller(["ngram"], 31, warmup_steps=0)
+    c.seed(TILED)
+    choice = c.choose([0.95] * 31)
+    assert choice.drafter == "ngram" and choice.k + 1 in (16, 32)
+    short = c.choose([0.95] * 13)  # 14 tokens at most: no cheap tile within reach
+    assert short.drafter is None or short.k <= 13
+
+
+def test_trim_counts_a_batch_at_the_cost_of_the_cheapest_one_it_fits_in():
+    c = Controller(["ngram"], 31)
+    c.seed(TILED)
+    assert c.batch_cost(14, 20) == pytest.approx(0.285)
+    assert c.batch_cost(14, 12) == pytest.approx(c.verify(14))

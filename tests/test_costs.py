@@ -19,6 +19,16 @@ def test_cache_round_trip_and_bounded_size(tmp_path, monkeypatch):
     assert cost_cache.load("a") is None and cost_cache.load(f"k{cost_cache.MAX_ENTRIES + 4}") == costs
 
 
+def test_costs_timed_at_other_batch_sizes_are_measured_again(tmp_path, monkeypatch):
+    """A curve timed at other sizes (an older calibration) would hide the cheap batch sizes."""
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"GGUF")
+    key = cost_cache.cache_key(target, None, threads=2, gpu_layers=0, draft_gpu_layers=0, build="b")
+    assert key == cost_cache.cache_key(target, None, threads=2, gpu_layers=0, draft_gpu_layers=0, build="b")
+    monkeypatch.setattr(cost_cache, "CALIBRATION_SIZES", (1, 2, 16))
+    assert key != cost_cache.cache_key(target, None, threads=2, gpu_layers=0, draft_gpu_layers=0, build="b")
+
+
 def test_unreadable_cache_is_measured_again(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     cost_cache.cache_file().parent.mkdir(parents=True)
@@ -35,7 +45,7 @@ def test_pair_measures_costs_once_then_reads_them(tmp_path, monkeypatch, tiny_ta
     costs = first.decode_costs()
     first.close()
     assert len(notices) == 1 and "measuring decode costs" in notices[0]
-    assert {1, 2, 5, 16, 17, 32} <= set(costs.verify_s) and costs.draft_token_s > 0
+    assert {1, 2, 5, 15, 16, 17, 31, 32} <= set(costs.verify_s) and costs.draft_token_s > 0
     second = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
     try:
         assert second.decode_costs() == costs and len(notices) == 1

@@ -209,8 +209,9 @@ class Controller:
 
         Token j is kept while the tokens it is expected to add are worth more than the extra verify
         time, looking ahead as if later tokens were as confident as j, since a concave verify cost
-        can make several tokens pay where one alone does not. The decision at token j uses
-        confidences up to j only, so a sampled draft stays lossless.
+        can make several tokens pay where one alone does not. A batch costs what the cheapest batch
+        at least as large that the draft can fill costs (`batch_cost`). The decision at token j
+        uses confidences up to j only, so a sampled draft stays lossless.
         """
         value = self.time_value()
         if not confidence or value <= 0 or not self.verify:
@@ -218,20 +219,25 @@ class Controller:
         survive = 1.0
         for j, c in enumerate(confidence[:drafted], start=1):
             gain = survive * c
-            extra = self.verify(j + 1) - self.verify(j)
+            extra = self.batch_cost(j + 1, drafted) - self.batch_cost(j, drafted)
             if gain <= value * extra and not self._pays_ahead(j, gain, c, value, drafted):
                 return j - 1
             survive = gain
         return drafted
 
+    def batch_cost(self, size: int, drafted: int) -> float:
+        """Seconds to verify `size` tokens when `drafted` draft tokens are in hand: the cheapest
+        batch from `size` up to drafted + 1 tokens, since extra draft tokens ride along for free."""
+        return self.verify.cheapest(size, min(drafted, self.k_max) + 1)[1]
+
     def _pays_ahead(self, j: int, gain: float, c: float, value: float, drafted: int) -> bool:
         """Whether tokens j..end of this draft, as confident as token j, pay for their verification
         together, for some end within the draft in hand (tokens it does not have add nothing)."""
-        base, tokens = self.verify(j), 0.0
+        base, tokens = self.batch_cost(j, drafted), 0.0
         for end in range(j, min(drafted, self.k_max) + 1):
             tokens += gain
             gain *= c
-            if tokens > value * (self.verify(end + 1) - base):
+            if tokens > value * (self.batch_cost(end + 1, drafted) - base):
                 return True
         return False
 
@@ -306,12 +312,16 @@ class Controller:
             # Only single-token passes measured: verify costs for a batch are a guess that would
             # veto every lookup draft, so take this proposal once to measure them.
             return Choice(self.lookup, min(len(confidence), self.k_max), "warmup")
-        keep = self.trim(confidence, min(len(confidence), self.k_max))
+        drafted = min(len(confidence), self.k_max)
+        keep = self.trim(confidence, drafted)
         if keep:
+            # Fill the cheapest batch the kept tokens fit in with the draft's next tokens.
+            size, seconds = self.verify.cheapest(keep + 1, drafted + 1)
+            keep = size - 1
             track = self._track(self.lookup)
             draft_seconds = track.draft_cost(keep) if track.draft_cost else 0.0
             tokens = expected_tokens(confidence, keep)
-            if tokens - LOOKUP_MARGIN * value * (draft_seconds + self.verify(keep + 1)) > best_worth:
+            if tokens - LOOKUP_MARGIN * value * (draft_seconds + seconds) > best_worth:
                 return Choice(self.lookup, keep)
         return self._probe_or(best)
 

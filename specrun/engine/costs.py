@@ -16,8 +16,9 @@ import numpy as np
 
 from .llama import Context
 
-# Batch sizes timed for auto: small drafts, and the sizes where llama.cpp's batched kernels change.
-CALIBRATION_SIZES = (1, 2, 3, 4, 5, 8, 9, 16, 17, 32)
+# Batch sizes timed for auto: small drafts, and either side of the sizes where llama.cpp's batched
+# kernels change (on one CPU 16 and 32 tokens cost less than 15 and 31).
+CALIBRATION_SIZES = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32)
 CALIBRATION_REPS = 2
 
 

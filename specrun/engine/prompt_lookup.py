@@ -8,95 +8,31 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .copy_cursor import CopyCursor
 from .drafters import Draft
-
-
-class NgramIndex:
-    """For every n-gram (n_min ≤ n ≤ n_max) of a token list, the positions right after it, oldest first.
-
-    Only n-grams followed by at least one token are indexed, so the history's own suffix never
-    matches itself. `sync` follows the history incrementally: appended tokens are indexed, and when
-    the history was rewritten or shortened (a new chat, a regenerated answer) the entries past the
-    common prefix are removed first.
-    """
-
-    def __init__(self, n_min: int, n_max: int):
-        if not 1 <= n_min <= n_max:
-            raise ValueError("need 1 <= ngram_min <= ngram_max")
-        self.n_min = n_min
-        self.n_max = n_max
-        self.tokens: list[int] = []
-        self._ends: dict[tuple[int, ...], list[int]] = {}
-
-    def sync(self, history: Sequence[int]) -> int:
-        """Make the index describe `history`; returns how many leading tokens were already indexed."""
-        old = self.tokens
-        if not isinstance(history, list):
-            history = [int(t) for t in history]
-        if len(history) >= len(old) and history[: len(old)] == old:
-            keep = len(old)
-        else:
-            keep = _common_prefix(old, history)
-            self._drop_from(keep)
-        self._extend(history[keep:])
-        return keep
-
-    def longest_match(self) -> tuple[int, int] | None:
-        """(n, end) for the longest n whose final n tokens occurred before; `end` is the most recent
-        position right after such an occurrence. None when no n-gram of length ≥ n_min recurs."""
-        tokens, size = self.tokens, len(self.tokens)
-        for n in range(min(self.n_max, size), self.n_min - 1, -1):
-            ends = self._ends.get(tuple(tokens[size - n :]))
-            if ends:
-                return n, ends[-1]
-        return None
-
-    def _keys_ending_at(self, end: int):
-        tokens = self.tokens
-        for n in range(self.n_min, min(self.n_max, end) + 1):
-            yield tuple(tokens[end - n : end])
-
-    def _extend(self, new: Sequence[int]) -> None:
-        first_end = max(len(self.tokens), 1)
-        self.tokens.extend(new)
-        for end in range(first_end, len(self.tokens)):
-            for key in self._keys_ending_at(end):
-                self._ends.setdefault(key, []).append(end)
-
-    def _drop_from(self, keep: int) -> None:
-        """Forget tokens from `keep` on, and the entries whose following token was among them."""
-        for end in range(len(self.tokens) - 1, max(keep, 1) - 1, -1):
-            for key in self._keys_ending_at(end):
-                ends = self._ends[key]
-                ends.pop()
-                if not ends:
-                    del self._ends[key]
-        del self.tokens[keep:]
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+from .ngram_index import NgramIndex, common_prefix
 
 
 class PromptLookupDrafter:
-    """Proposes the continuation of the longest, then most recent, n-gram match of the history's end.
+    """Proposes the continuation of the copy the answer is making of earlier text, else of the
+    longest, then most recent, n-gram match of the history's end.
 
-    A match of n tokens may draft up to `draft_length(n)` = 2^(n-1) tokens (capped by `max_draft` and
-    k): one matching token is weak evidence, a long match usually means the text is being copied.
-    Matches up to 8 tokens are looked for because code repeats short runs (indentation, `self.`,
-    closing brackets) in many places, and only a longer match finds the place actually being copied.
-    Copying runs on through its own draft, so a repeating pattern continues past the history's end.
+    The copy is followed through edits by a `CopyCursor` (off with `follow_copies=False`): it knows
+    where in the prompt the answer is, resumes there after a changed token, and repeats the changes
+    it has seen. A copy may draft up to `max_draft` tokens. Without one, a match of n tokens may
+    draft up to `draft_length(n)` = 2^(n-1) tokens (capped by `max_draft` and k): one matching token
+    is weak evidence, a long match usually means the text is being copied. Matches up to 8 tokens
+    are looked for because code repeats short runs (indentation, `self.`, closing brackets) in many
+    places, and only a longer match finds the place actually being copied. Copying runs on through
+    its own draft, so a repeating pattern continues past the history's end.
 
-    Confidence is the chance that each drafted token is accepted, estimated per match length from
-    recent outcomes (prior n/(n+1)). Outcomes come from `feedback`, or, when the draft got none (a
-    hybrid or the auto controller chose another option, or cut the draft to nothing), from comparing
-    it with the tokens the history gained since: the target's own tokens are what a verifier would
-    have checked it against, so the estimate stays calibrated while the lookup sits unused.
+    Confidence is the chance that each drafted token is accepted, estimated from recent outcomes
+    per kind of evidence: the match length n of an n-gram match (prior n/(n+1)), or the tokens a
+    copy has run since it was last found (prior (n+1)/(n+2), capped at ngram_max). Outcomes come
+    from `feedback`, or, when the draft got none (a hybrid or the auto controller chose another
+    option, or cut the draft to nothing), from comparing it with the tokens the history gained
+    since: the target's own tokens are what a verifier would have checked it against, so the
+    estimate stays calibrated while the lookup sits unused.
     """
 
     name = "ngram"
@@ -109,38 +45,82 @@ class PromptLookupDrafter:
         *,
         decay: float = 0.95,
         prior_weight: float = 4.0,
+        follow_copies: bool = True,
     ):
         self.index = NgramIndex(ngram_min, ngram_max)
+        self.cursor = CopyCursor(self.index) if follow_copies else None
         self.max_draft = max_draft
         self.decay = decay
         self.prior_weight = prior_weight
-        # Per match length: the first drafted token, and the tokens after an accepted one, apart:
+        # Per kind of evidence: the first drafted token, and the tokens after an accepted one, apart:
         # matches either fail at once or copy a long run, which one rate per token misjudges.
-        self._first = [[0.0, 0.0] for _ in range(ngram_max + 1)]  # [successes, trials]
-        self._rest = [[0.0, 0.0] for _ in range(ngram_max + 1)]
-        self._pending: tuple[int, int, list[int]] | None = None  # (history length, n, tokens)
+        self._first: dict[tuple[str, int], list[float]] = {}  # [successes, trials]
+        self._rest: dict[tuple[str, int], list[float]] = {}
+        self._pending: tuple[int, tuple[str, int], list[int]] | None = None  # (history length, evidence, tokens)
 
     def draft_length(self, n: int) -> int:
         """Most tokens a match of length n may draft."""
         return min(self.max_draft, 2 ** (n - 1))
 
-    def confidence(self, n: int, position: int = 2) -> float:
-        """Estimated acceptance of a drafted token from a match of length n, given that the tokens
-        before it were accepted: position 1 (the first) and later positions are estimated apart."""
-        successes, trials = self._first[n] if position == 1 else self._rest[n]
-        prior = n / (n + 2) if position == 1 else n / (n + 1)
+    def confidence(self, n: int, position: int = 2, kind: str = "match") -> float:
+        """Estimated acceptance of the drafted token at `position`, given that the tokens before it
+        were accepted, for a match of length n (kind "match"), a copy that has run n tokens ("copy")
+        or a guess n tokens after a change ("guess"). The first token is estimated apart from the
+        rest; a later token of a copy is judged as a copy that has run that much further."""
+        key = (kind, n) if position == 1 else self._rest_key(kind, n, position)
+        successes, trials = (self._first if position == 1 else self._rest).get(key, (0.0, 0.0))
         w = self.prior_weight
-        return (successes + w * prior) / (trials + w)
+        return (successes + w * _prior(*key, first=position == 1)) / (trials + w)
 
-    def confidences(self, n: int, length: int) -> list[float]:
-        return [self.confidence(n, 1)] + [self.confidence(n, 2)] * (length - 1) if length else []
+    def confidences(self, n: int, length: int, kind: str = "match") -> list[float]:
+        return [self.confidence(n, j, kind) for j in range(1, length + 1)]
+
+    @staticmethod
+    def _rest_key(kind: str, n: int, position: int) -> tuple[str, int]:
+        """The estimate a token after the first uses: its match's own, or, in a copy or a guess,
+        that of a copy which has run the tokens before it."""
+        if kind == "match":
+            return kind, n
+        run = (n if kind == "copy" else 0) + position - 1
+        return "copy", _run_bucket(run)
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         keep = self.index.sync(history)
+        if self.cursor is not None:
+            self.cursor.follow(keep)
         self._check_unused(keep)
-        match = self.index.longest_match() if k > 0 else None
-        if match is None:
+        if k <= 0:
             return Draft()
+        out, evidence = self._copy(k) or self._match(k) or ([], None)
+        if not out:
+            return Draft()
+        self._pending = (len(self.index.tokens), evidence, out)
+        return Draft(out, None, self.confidences(evidence[1], len(out), evidence[0]))
+
+    def _copy(self, k: int) -> tuple[list[int], tuple[str, int]] | None:
+        """The cursor's draft. A copy found anywhere by its last few tokens is judged and sized as
+        a match of as many tokens as it has run (code and prose repeat short stretches by chance);
+        one found again right after a change is an edit of the source and may draft as far as
+        allowed, judged by the estimates of such copies."""
+        cursor = self.cursor
+        if cursor is None:
+            return None
+        if cursor.synced and cursor.found_near:
+            evidence, limit = ("copy", _run_bucket(cursor.run)), self.max_draft
+        elif cursor.synced:
+            n = min(cursor.run, self.index.n_max)
+            evidence, limit = ("match", n), self.draft_length(n)
+        elif cursor.guessing:
+            evidence, limit = ("guess", min(cursor.since_break, GUESS_BUCKETS)), self.max_draft
+        else:
+            return None
+        out = cursor.draft(min(k, limit))
+        return (out, evidence) if out else None
+
+    def _match(self, k: int) -> tuple[list[int], tuple[str, int]] | None:
+        match = self.index.longest_match()
+        if match is None:
+            return None
         n, end = match
         tokens = self.index.tokens
         size = len(tokens)
@@ -148,36 +128,63 @@ class PromptLookupDrafter:
         for i in range(min(k, self.draft_length(n))):
             src = end + i
             out.append(tokens[src] if src < size else out[src - size])
-        self._pending = (size, n, out)
-        return Draft(out, None, self.confidences(n, len(out)))
+        return out, ("match", n)
 
     def feedback(self, drafted: int, accepted: int) -> None:
         """Learn from the verified outcome of the last proposal."""
         if self._pending is not None:
-            _, n, _ = self._pending
+            _, evidence, _ = self._pending
             self._pending = None
-            self._learn(n, accepted, failed=accepted < drafted)
+            self._learn(evidence, accepted, failed=accepted < drafted)
 
     def _check_unused(self, keep: int) -> None:
         """Score a proposal that got no feedback against the tokens that followed it."""
         if self._pending is None:
             return
-        start, n, draft = self._pending
+        start, evidence, draft = self._pending
         self._pending = None
         if keep < start:
             return  # the history was rewritten: the outcome is unknown
         actual = self.index.tokens[start : start + len(draft)]
-        matched = _common_prefix(draft, actual)
+        matched = common_prefix(draft, actual)
         if actual:
-            self._learn(n, matched, failed=matched < len(actual))
+            self._learn(evidence, matched, failed=matched < len(actual))
 
-    def _learn(self, n: int, successes: int, failed: bool) -> None:
+    def _learn(self, evidence: tuple[str, int], successes: int, failed: bool) -> None:
         for table in (self._first, self._rest):
-            for row in table:
+            for row in table.values():
                 row[0] *= self.decay
                 row[1] *= self.decay
-        self._first[n][1] += 1
-        if successes:
-            self._first[n][0] += 1
-            self._rest[n][0] += successes - 1
-            self._rest[n][1] += successes - 1 + (1 if failed else 0)
+        kind, n = evidence
+        first = self._first.setdefault(evidence, [0.0, 0.0])
+        first[1] += 1
+        if not successes:
+            return
+        first[0] += 1
+        for position in range(2, successes + 2 if failed else successes + 1):
+            row = self._rest.setdefault(self._rest_key(kind, n, position), [0.0, 0.0])
+            row[1] += 1
+            row[0] += position <= successes
+
+
+GUESS_BUCKETS = 4  # guesses 4 or more tokens after a change share one estimate
+RUN_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # copy runs are estimated by these lower bounds
+
+
+def _run_bucket(run: int) -> int:
+    """The largest bucket bound not above `run` (0 for a copy just found by a 0-token guess)."""
+    bucket = 0
+    for bound in RUN_BUCKETS:
+        if run >= bound:
+            bucket = bound
+    return bucket
+
+
+def _prior(kind: str, n: int, first: bool) -> float:
+    """Acceptance before any outcome: n/(n+2) for the first token of a match of n tokens, or of a
+    copy that has run n tokens, and n/(n+1) after it; 1/3 for a guess right after a change. A copy
+    is a match grown long: it is trusted only as far as it has run, since copies found by chance
+    (in code written from scratch, in prose) are many and short."""
+    if kind == "guess":
+        return 1 / 3
+    return n / (n + 2) if first else n / (n + 1)

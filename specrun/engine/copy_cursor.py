@@ -1,0 +1,280 @@
+"""Following a copy through edits: where in the history the answer is being copied from.
+
+An answer that edits its prompt (a rename, added annotations, reformatting) copies long stretches
+and changes a few tokens in between. A lookup of the history's last n-gram loses the place at
+every change, and right after one the last tokens often recur in many places (` =`, `(`, a line's
+indentation), so the most recent occurrence is often the wrong one. The cursor keeps the place:
+after a change it looks for the answer's latest tokens near where the copy broke off, nearest ahead
+first, and it learns each replacement it sees (source ` d` became ` inventory`) to make the same
+replacement in its drafts the next time those source tokens come up.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from contextlib import contextmanager
+from typing import Sequence
+
+from .ngram_index import NgramIndex
+
+
+class CopyCursor:
+    """The source position being copied from, kept in step with the history token by token.
+
+    While synchronised, the cursor expects the source's next token (or, where a learned replacement
+    applies, the replacement's tokens). When the history departs from that, the cursor is lost:
+    each later token, for up to `resync_within` tokens, it looks for the longest suffix of the
+    history that also occurs in the source between `back` tokens before and `ahead` tokens after
+    the point where the copy broke off, and resumes after the occurrence nearest ahead of it. The
+    source tokens skipped and the history tokens written instead become a replacement rule, unless
+    either is longer than `rule_max`. A suffix of at least `global_min` tokens found anywhere (the
+    most recent occurrence) also resumes a copy, without a rule: the answer moved to another part.
+    A rule whose replacement the history then contradicts is dropped.
+    """
+
+    def __init__(self, index: NgramIndex, *, back: int = 32, ahead: int = 256, resync_within: int = 32,
+                 rule_max: int = 8, global_min: int = 3, trust_run: int = 8):
+        self.index = index
+        self.back = back
+        self.ahead = ahead
+        self.resync_within = resync_within
+        self.rule_max = rule_max
+        self.trust_run = trust_run
+        self.global_min = max(global_min, index.n_min)
+        self.rules: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._rules_by_first: dict[int, set[tuple[int, ...]]] = {}
+        self.edits = [0.0, 0.0]  # decayed counts of insertions and replacements seen
+        self.edit_decay = 0.8
+        self.reset(0)
+
+    # -- state -------------------------------------------------------------------------------
+
+    def reset(self, seen: int) -> None:
+        """Forget the position (learned rules stay); follow the history from token `seen` on."""
+        self.pos: int | None = None  # source index of the next token to copy, when synchronised
+        self.pending: tuple[int, ...] = ()  # a rule's replacement tokens still expected, before pos
+        self.rule: tuple[int, ...] | None = None  # the rule those come from
+        self.rule_start = 0  # where that rule's source tokens begin
+        self.run = 0  # tokens followed since the copy was last (re)found
+        self.found_near = False  # (re)found near where it broke off, rather than anywhere
+        self.lost_src: int | None = None  # where the copy broke off, while a local resync is tried
+        self.lost_hist = 0  # history index of the first token that departed from the copy
+        self.lost_run, self.lost_near = 0, False  # how far that copy had run, whether it was an edit
+        self.seen = seen
+
+    @property
+    def synced(self) -> bool:
+        return self.pos is not None
+
+    def follow(self, keep: int) -> None:
+        """Bring the cursor up to date with the index's tokens; `keep` is how many leading tokens
+        the index had before its last sync (fewer than followed: the history was rewritten)."""
+        size = len(self.index.tokens)
+        if keep < self.seen:
+            self.forget_rules()  # learned from text that is gone (a new prompt, a regenerated answer)
+        if keep < self.seen or self.seen == 0:
+            self.reset(max(size - 1, 0))
+        for h in range(self.seen, size):
+            self._follow(h)
+        self.seen = size
+
+    # -- following ---------------------------------------------------------------------------
+
+    def _follow(self, h: int) -> None:
+        token = self.index.tokens[h]
+        if self.pos is not None:
+            expected = self._expected(h)
+            if expected == token:
+                self._advance()
+                self.run += 1
+                return
+            self._lose(h)
+        self._resync(h)
+
+    def _expected(self, h: int) -> int | None:
+        """The token the copy predicts at history index h (None: the source has run out)."""
+        if not self.pending:
+            self._apply_rule(self.index.tokens, h)
+        if self.pending:
+            return self.pending[0]
+        return self.index.tokens[self.pos] if self.pos < h else None
+
+    def _apply_rule(self, source: Sequence[int], limit: int) -> None:
+        """At the cursor, take the longest learned rule whose source tokens come next."""
+        pos = self.pos
+        for deleted in sorted(self._rules_by_first.get(source[pos], ()) if pos < limit else (), key=len, reverse=True):
+            end = pos + len(deleted)
+            if end <= limit and tuple(source[pos:end]) == deleted:
+                self.rule, self.rule_start = deleted, pos
+                self.pending, self.pos = self.rules[deleted], end
+                return
+
+    def _advance(self) -> None:
+        if self.pending:
+            self.pending = self.pending[1:]
+        else:
+            self.pos += 1
+            self.rule = None
+
+    def _lose(self, h: int) -> None:
+        """The history departed from the copy at h. Inside a rule's replacement (or right after a
+        rule that deletes), the rule was wrong: it is dropped, and the break counts from its start."""
+        rule = self.rule
+        if rule is not None and (self.pending or not self.rules.get(rule)):
+            done = len(self.rules.get(rule, ())) - len(self.pending)
+            self._forget_rule(rule)
+            self.lost_src, self.lost_hist = self.rule_start, h - done
+        else:
+            self.lost_src, self.lost_hist = self.pos, h
+        self.lost_run, self.lost_near = self.run, self.found_near
+        self.pos, self.pending, self.rule, self.run = None, (), None, 0
+
+    def _resync(self, h: int) -> None:
+        """Find the copy again from the history's suffix ending at h: near the break, else anywhere."""
+        if self.lost_src is not None and h - self.lost_hist >= self.resync_within:
+            self.lost_src = None
+        found = self._search(h, local=True) if self.lost_src is not None else None
+        found_near = found is not None
+        if found is None:
+            found = self._search(h, local=False)
+            if found is None:
+                return
+        else:
+            self._learn(h, *found)
+        n, end = found
+        # Trusted as an edit of the source: a copy found again near its break, if that copy was
+        # itself an edit or had run `trust_run` tokens (short copies are mostly chance repeats).
+        self.found_near = found_near and (self.lost_near or self.lost_run >= self.trust_run)
+        self.pos, self.run, self.lost_src = end, n, None
+        self.pending, self.rule = (), None
+
+    def _search(self, h: int, *, local: bool) -> tuple[int, int] | None:
+        """(n, end) of a suffix of n tokens ending at h that occurred before it (`end`: the position
+        after the occurrence). Local: near the break, where a longer match may be farther away, each
+        extra matching token halving the distance it is judged by (ahead of the break counts, behind
+        it counts double). Otherwise: the longest suffix of at least `global_min` tokens, at its
+        most recent occurrence."""
+        index, tokens = self.index, self.index.tokens
+        low = index.n_min if local else self.global_min
+        best, best_score = None, float("inf")
+        for n in range(min(index.n_max, h + 1), low - 1, -1):
+            ends = index.ends(tokens[h - n + 1 : h + 1])
+            stop = bisect_left(ends, h + 1) if ends else 0  # an occurrence must end before the suffix does
+            if stop == 0:
+                continue
+            if not local:
+                return n, ends[stop - 1]
+            start = self.lost_src
+            i = bisect_left(ends, start, 0, stop)
+            scale = 2.0 ** (n - 1)
+            if i < stop and ends[i] - start <= self.ahead and (ends[i] - start) / scale < best_score:
+                best, best_score = (n, ends[i]), (ends[i] - start) / scale
+            if i > 0 and start - ends[i - 1] <= self.back and 2 * (start - ends[i - 1]) / scale < best_score:
+                best, best_score = (n, ends[i - 1]), 2 * (start - ends[i - 1]) / scale
+        return best
+
+    # -- rules -------------------------------------------------------------------------------
+
+    def _learn(self, h: int, n: int, end: int) -> None:
+        """The source between the break and the match was replaced by the history's tokens between
+        the departure and the match."""
+        tokens = self.index.tokens
+        src_end, hist_end = end - n, h + 1 - n
+        if src_end < self.lost_src or hist_end < self.lost_hist:
+            return
+        kind = 0 if src_end == self.lost_src else 1  # an insertion, or a replacement of source tokens
+        self.edits = [count * self.edit_decay for count in self.edits]
+        self.edits[kind] += 1.0
+        if kind == 0:
+            return
+        deleted = tuple(tokens[self.lost_src : src_end])
+        inserted = tuple(tokens[self.lost_hist : hist_end])
+        if len(deleted) > self.rule_max or len(inserted) > self.rule_max or deleted == inserted:
+            return
+        self._add_rule(deleted, inserted)
+
+    def _add_rule(self, deleted: tuple[int, ...], inserted: tuple[int, ...]) -> None:
+        self.rules[deleted] = inserted
+        self._rules_by_first.setdefault(deleted[0], set()).add(deleted)
+
+    def forget_rules(self) -> None:
+        self.rules.clear()
+        self._rules_by_first.clear()
+        self.edits = [0.0, 0.0]
+
+    def _forget_rule(self, deleted: tuple[int, ...]) -> None:
+        self.rules.pop(deleted, None)
+        group = self._rules_by_first.get(deleted[0])
+        if group is not None:
+            group.discard(deleted)
+
+    # -- drafting ----------------------------------------------------------------------------
+
+    def draft(self, k: int) -> list[int]:
+        """Up to k tokens continuing the copy with the learned rules applied; a copy that reaches
+        the history's end runs on through its own draft (a repeating pattern). While lost right
+        after a change, the guess is that the change is over: the copy goes on from the break, past
+        one source token if changes have mostly been replacements, at it if mostly insertions."""
+        if k <= 0:
+            return []
+        if self.pos is not None:
+            return self._draft_from(self.pos, self.pending, k)
+        if self.lost_src is not None:
+            skip = self.guess_skip()
+            with self._tentative_rule(skip):
+                return self._draft_from(self.lost_src + skip, (), k)
+        return []
+
+    @contextmanager
+    def _tentative_rule(self, skip: int):
+        """While guessing that the tokens since the break replaced `skip` source tokens, make the
+        same replacement where those source tokens come up again in the draft (a rename's next use)."""
+        tokens = self.index.tokens
+        deleted = tuple(tokens[self.lost_src : self.lost_src + skip])
+        inserted = tuple(tokens[self.lost_hist :])
+        add = bool(deleted) and deleted not in self.rules and len(inserted) <= self.rule_max and deleted != inserted
+        if add:
+            self._add_rule(deleted, inserted)
+        try:
+            yield
+        finally:
+            if add:
+                self._forget_rule(deleted)
+
+    @property
+    def guessing(self) -> bool:
+        """Lost after a change, with drafts guessed from where the copy broke off."""
+        return self.pos is None and self.lost_src is not None
+
+    @property
+    def since_break(self) -> int:
+        """Tokens written since the history departed from the copy (0 while synchronised)."""
+        return len(self.index.tokens) - self.lost_hist if self.guessing else 0
+
+    def guess_skip(self) -> int:
+        """Source tokens a change is guessed to replace: 1, or 0 when recent changes were mostly insertions."""
+        insertions, replacements = self.edits
+        return 0 if insertions > replacements else 1
+
+    def _draft_from(self, pos: int, pending: tuple[int, ...], k: int) -> list[int]:
+        tokens = self.index.tokens
+        size = len(tokens)
+        saved = (self.pos, self.pending, self.rule, self.rule_start)
+        self.pos, self.pending = pos, pending
+        out: list[int] = []
+        try:
+            while len(out) < k:
+                if not self.pending and self.pos < size:
+                    self._apply_rule(tokens, size)
+                if self.pending:
+                    out.append(self.pending[0])
+                    self.pending = self.pending[1:]
+                    continue
+                src = self.pos
+                if src >= size + len(out):
+                    break
+                out.append(tokens[src] if src < size else out[src - size])
+                self.pos += 1
+        finally:
+            self.pos, self.pending, self.rule, self.rule_start = saved
+        return out

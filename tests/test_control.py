@@ -451,3 +451,12 @@ def test_trim_counts_a_batch_at_the_cost_of_the_cheapest_one_it_fits_in():
     c.seed(TILED)
     assert c.batch_cost(14, 20) == pytest.approx(0.285)
     assert c.batch_cost(14, 12) == pytest.approx(c.verify(14))
+
+
+def test_tokens_not_worth_verifying_alone_ride_along_when_the_batch_costs_no_more():
+    c = Controller(["ngram"], 31, warmup_steps=0)
+    c.seed(TILED)
+    confidence = [0.95] * 12 + [0.0] * 19
+    assert c.trim(confidence, 31) == 12
+    choice = c.choose(confidence)
+    assert choice.drafter == "ngram" and choice.k == 15  # a 16-token pass costs less than 13 tokens'

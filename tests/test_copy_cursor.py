@@ -141,3 +141,28 @@ def test_copy_confidence_grows_with_the_run_and_is_learned_per_run_length():
         drafter.propose(history, 4)
         drafter.feedback(4, 4)
     assert drafter.confidence(run, 2, "copy") > max(before, 0.9)
+
+
+def test_an_insertion_before_a_replaced_token_keeps_the_rule_and_the_guess_applies_it():
+    """`low` became `low_stock` just before `d`, which became `inventory` earlier: the answer
+    departed before the rule's replacement began, which does not contradict the rule."""
+    second = SOURCE.index(50, X + 1)
+    drafter = PromptLookupDrafter()
+    _follow(drafter, RENAMED, (3, 7, X + 1, X + 3))
+    answer = RENAMED[:second] + [77]  # an inserted token right before the second 50
+    drafter.propose(PROMPT + answer, 4)
+    assert drafter.cursor.rules == {(50,): (60,)}
+    assert drafter.propose(PROMPT + answer, 3).tokens == [60, 14, 15]
+
+
+def test_one_matching_token_far_from_the_break_does_not_resume_the_copy():
+    source = list(range(1, 12)) + [90] + list(range(200, 240)) + [300, 301, 302]
+    prompt = [100] + source + [101]
+    answer = source[:11] + [55, 300]  # 300 occurs only 41 tokens past the break
+    drafter = PromptLookupDrafter()
+    _ = [drafter.propose(prompt + answer[:end], 4) for end in (3, 11, 12, 13)]
+    assert not drafter.cursor.synced
+    near = source[:11] + [55, 200]  # 200 follows the break at once
+    drafter = PromptLookupDrafter()
+    _ = [drafter.propose(prompt + near[:end], 4) for end in (3, 11, 12, 13)]
+    assert drafter.cursor.synced and drafter.propose(prompt + near, 2).tokens == [201, 202]

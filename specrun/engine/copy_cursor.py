@@ -33,13 +33,14 @@ class CopyCursor:
     """
 
     def __init__(self, index: NgramIndex, *, back: int = 32, ahead: int = 256, resync_within: int = 32,
-                 rule_max: int = 8, global_min: int = 3, trust_run: int = 8):
+                 rule_max: int = 8, global_min: int = 3, trust_run: int = 8, reach: float = 16.0):
         self.index = index
         self.back = back
         self.ahead = ahead
         self.resync_within = resync_within
         self.rule_max = rule_max
         self.trust_run = trust_run
+        self.reach = reach
         self.global_min = max(global_min, index.n_min)
         self.rules: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._rules_by_first: dict[int, set[tuple[int, ...]]] = {}
@@ -117,12 +118,16 @@ class CopyCursor:
             self.rule = None
 
     def _lose(self, h: int) -> None:
-        """The history departed from the copy at h. Inside a rule's replacement (or right after a
-        rule that deletes), the rule was wrong: it is dropped, and the break counts from its start."""
+        """The history departed from the copy at h. At a rule's replacement (or right after a rule
+        that deletes), the break counts from the rule's source tokens, and the rule is dropped if
+        the history contradicts it: it kept those source tokens, or broke off inside the
+        replacement. Departing before the replacement begins is an insertion, not a contradiction."""
         rule = self.rule
-        if rule is not None and (self.pending or not self.rules.get(rule)):
-            done = len(self.rules.get(rule, ())) - len(self.pending)
-            self._forget_rule(rule)
+        inserted = self.rules.get(rule, ()) if rule is not None else ()
+        if rule is not None and (self.pending or not inserted):
+            done = len(inserted) - len(self.pending)
+            if done > 0 or self.index.tokens[h] == rule[0]:
+                self._forget_rule(rule)
             self.lost_src, self.lost_hist = self.rule_start, h - done
         else:
             self.lost_src, self.lost_hist = self.pos, h
@@ -152,8 +157,8 @@ class CopyCursor:
         """(n, end) of a suffix of n tokens ending at h that occurred before it (`end`: the position
         after the occurrence). Local: near the break, where a longer match may be farther away, each
         extra matching token halving the distance it is judged by (ahead of the break counts, behind
-        it counts double). Otherwise: the longest suffix of at least `global_min` tokens, at its
-        most recent occurrence."""
+        it counts double), up to `reach`: one matching token is evidence only close by. Otherwise:
+        the longest suffix of at least `global_min` tokens, at its most recent occurrence."""
         index, tokens = self.index, self.index.tokens
         low = index.n_min if local else self.global_min
         best, best_score = None, float("inf")
@@ -167,10 +172,14 @@ class CopyCursor:
             start = self.lost_src
             i = bisect_left(ends, start, 0, stop)
             scale = 2.0 ** (n - 1)
-            if i < stop and ends[i] - start <= self.ahead and (ends[i] - start) / scale < best_score:
-                best, best_score = (n, ends[i]), (ends[i] - start) / scale
-            if i > 0 and start - ends[i - 1] <= self.back and 2 * (start - ends[i - 1]) / scale < best_score:
-                best, best_score = (n, ends[i - 1]), 2 * (start - ends[i - 1]) / scale
+            if i < stop and ends[i] - start <= self.ahead:
+                score = (ends[i] - start) / scale
+                if score <= self.reach and score < best_score:
+                    best, best_score = (n, ends[i]), score
+            if i > 0 and start - ends[i - 1] <= self.back:
+                score = 2 * (start - ends[i - 1]) / scale
+                if score <= self.reach and score < best_score:
+                    best, best_score = (n, ends[i - 1]), score
         return best
 
     # -- rules -------------------------------------------------------------------------------
@@ -252,9 +261,17 @@ class CopyCursor:
         return len(self.index.tokens) - self.lost_hist if self.guessing else 0
 
     def guess_skip(self) -> int:
-        """Source tokens a change is guessed to replace: 1, or 0 when recent changes were mostly insertions."""
+        """Source tokens a change is guessed to replace: 1, or 0 when recent changes were mostly
+        insertions or a learned rule replaces the source tokens at the break (the change was
+        inserted before them, and the rule takes care of them)."""
         insertions, replacements = self.edits
-        return 0 if insertions > replacements else 1
+        return 0 if insertions > replacements or self._rule_at(self.lost_src) else 1
+
+    def _rule_at(self, pos: int) -> bool:
+        tokens = self.index.tokens
+        if pos >= len(tokens):
+            return False
+        return any(tuple(tokens[pos : pos + len(d)]) == d for d in self._rules_by_first.get(tokens[pos], ()))
 
     def _draft_from(self, pos: int, pending: tuple[int, ...], k: int) -> list[int]:
         tokens = self.index.tokens

@@ -88,6 +88,8 @@ class BenchSettings:
     ignore_eos: bool = False
     draft_min: int = defaults.DRAFT_MIN
     draft_p_min: float = defaults.DRAFT_P_MIN
+    ngram_min: int = defaults.NGRAM_MIN
+    ngram_max: int = defaults.NGRAM_MAX
     top_k: int = defaults.TOP_K
     top_p: float = defaults.TOP_P
     min_p: float = defaults.MIN_P
@@ -101,6 +103,8 @@ class BenchSettings:
             draft_max=0 if config.plain else config.draft_max,
             draft_min=self.draft_min,
             draft_p_min=self.draft_p_min,
+            ngram_min=self.ngram_min,
+            ngram_max=self.ngram_max,
             ignore_eos=self.ignore_eos,
         )
 

@@ -31,6 +31,7 @@ from .bench_render import (
     table_rows,
 )
 from .bench_report import document
+from .command_setup import check_ngram_range
 from .errors import InputError
 from .output import Output
 from .pair import Pair, PairConfig
@@ -82,6 +83,8 @@ def bench(
     ignore_eos: opt.IgnoreEos = False,
     draft_min: opt.DraftMin = defaults.DRAFT_MIN,
     draft_p_min: opt.DraftPMin = defaults.DRAFT_P_MIN,
+    ngram_min: opt.NgramMin = defaults.NGRAM_MIN,
+    ngram_max: opt.NgramMax = defaults.NGRAM_MAX,
     top_k: opt.TopK = defaults.TOP_K,
     top_p: opt.TopP = defaults.TOP_P,
     min_p: opt.MinP = defaults.MIN_P,
@@ -101,11 +104,13 @@ def bench(
     ks = parse_list(draft_max or (QUICK["draft_max"] if quick else str(defaults.DRAFT_MAX)), int, "--draft-max")
     temperatures = parse_list(temperature or "0", float, "--temperature")
     configurations(modes, ks, temperatures)  # bad values fail before any model is touched
+    check_ngram_range(ngram_min, ngram_max)
     settings = BenchSettings(
         runs=runs or (QUICK["runs"] if quick else DEFAULT_RUNS),
         warmup=warmup,
         max_tokens=max_tokens or (QUICK["max_tokens"] if quick else DEFAULT_MAX_TOKENS),
         seed=seed, ignore_eos=ignore_eos, draft_min=draft_min, draft_p_min=draft_p_min, top_k=top_k, top_p=top_p, min_p=min_p,
+        ngram_min=ngram_min, ngram_max=ngram_max,
     )
     chosen = bench_prompts.select(
         bench_prompts.load_file(prompts) if prompts else bench_prompts.builtin(),

@@ -46,6 +46,8 @@ def chat(
     draft_max: opt.DraftMax = None,
     draft_min: opt.DraftMin = defaults.DRAFT_MIN,
     draft_p_min: opt.DraftPMin = defaults.DRAFT_P_MIN,
+    ngram_min: opt.NgramMin = defaults.NGRAM_MIN,
+    ngram_max: opt.NgramMax = defaults.NGRAM_MAX,
     ctx_size: opt.CtxSize = defaults.CTX_SIZE,
     threads: opt.Threads = 0,
     gpu_layers: opt.GpuLayers = None,
@@ -63,6 +65,7 @@ def chat(
     settings = generation_settings(
         models, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=None,
         draft_min=draft_min, draft_p_min=draft_p_min, stop=stop, ignore_eos=ignore_eos,
+        ngram_min=ngram_min, ngram_max=ngram_max,
     )
     seed = pick_seed(seed)
     if terminal and not quiet:

@@ -7,6 +7,7 @@ import random
 from . import defaults
 from .engine.loop import GenerationSettings
 from .engine.sampling import SamplingParams
+from .errors import InputError
 from .fetch import is_none
 from .pair import PairConfig
 from .resolve import Resolved
@@ -27,8 +28,10 @@ def pick_seed(seed: int | None) -> int:
 def generation_settings(
     models: Resolved, *, max_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float, seed: int | None,
     draft_min: int, draft_p_min: float, stop: list[str] | None, ignore_eos: bool,
+    ngram_min: int = defaults.NGRAM_MIN, ngram_max: int = defaults.NGRAM_MAX,
 ) -> GenerationSettings:
     """GenerationSettings from command flags; K comes from the resolved pair."""
+    check_ngram_range(ngram_min, ngram_max)
     return GenerationSettings(
         max_tokens=max_tokens,
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
@@ -36,9 +39,16 @@ def generation_settings(
         draft_max=models.draft_max,
         draft_min=draft_min,
         draft_p_min=draft_p_min,
+        ngram_min=ngram_min,
+        ngram_max=ngram_max,
         stop=tuple(stop or ()),
         ignore_eos=ignore_eos,
     )
+
+
+def check_ngram_range(ngram_min: int, ngram_max: int) -> None:
+    if ngram_min > ngram_max:
+        raise InputError(f"--ngram-min {ngram_min} is above --ngram-max {ngram_max}", "give --ngram-min at most --ngram-max")
 
 
 def pair_config(models: Resolved, *, ctx_size: int, threads: int, gpu_layers: int | None, draft_gpu_layers: int | None) -> PairConfig:

@@ -15,6 +15,8 @@ DRAFT_MAX = 4  # K: draft tokens verified per step (a starting point and floor o
 AUTO_K_MAX = 31  # the most draft tokens auto may verify in one step (a batch of 32)
 DRAFT_MIN = 0
 DRAFT_P_MIN = 0.0  # stop drafting when the draft's top probability falls below this
+NGRAM_MIN = 1  # prompt lookup matches the history's last NGRAM_MIN..NGRAM_MAX tokens
+NGRAM_MAX = 8
 CTX_SIZE = 4096
 N_BATCH = 512  # prompt tokens decoded per llama_decode call
 

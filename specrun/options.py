@@ -69,6 +69,14 @@ DraftPMin = Annotated[
     float,
     typer.Option("--draft-p-min", min=0.0, max=1.0, help="The draft model stops drafting when its top probability falls below this.", rich_help_panel=SPECULATION),
 ]
+NgramMin = Annotated[
+    int,
+    typer.Option("--ngram-min", min=1, help="Prompt lookup: the fewest trailing tokens a match must share with earlier text.", rich_help_panel=SPECULATION),
+]
+NgramMax = Annotated[
+    int,
+    typer.Option("--ngram-max", min=1, help="Prompt lookup: the most trailing tokens matched; longer matches earn longer drafts.", rich_help_panel=SPECULATION),
+]
 CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", min=16, help="Context size in tokens (prompt + answer).", rich_help_panel=RUNTIME)]
 Threads = Annotated[int, typer.Option("--threads", "-t", min=0, help="CPU threads (0: all cores).", rich_help_panel=RUNTIME)]
 GpuLayers = Annotated[

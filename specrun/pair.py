@@ -133,25 +133,26 @@ class Pair:
             return FixedPolicy(None, 0)
         if mode == "draft":
             return FixedPolicy(model, k)
-        lookup = PromptLookupDrafter(max_draft=max(k, defaults.AUTO_K_MAX))
+        lookup = PromptLookupDrafter(settings.ngram_min, settings.ngram_max, max_draft=max(k, defaults.AUTO_K_MAX))
         if mode == "ngram":
             return FixedPolicy(lookup, k)
         if mode == "hybrid":
             return FixedPolicy(HybridDrafter(lookup, model), k)
         names = [lookup.name] + ([model.name] if model is not None else [])
-        controller, lookup = self._auto_state(names, max(k, defaults.AUTO_K_MAX), min(k, defaults.DRAFT_MAX))
+        ngrams = (settings.ngram_min, settings.ngram_max)
+        controller, lookup = self._auto_state(names, max(k, defaults.AUTO_K_MAX), min(k, defaults.DRAFT_MAX), ngrams)
         return AutoPolicy(controller, lookup, model)
 
-    def _auto_state(self, names: list[str], k_max: int, k_start: int) -> tuple[Controller, PromptLookupDrafter]:
+    def _auto_state(self, names: list[str], k_max: int, k_start: int, ngrams: tuple[int, int]) -> tuple[Controller, PromptLookupDrafter]:
         """The auto controller and its lookup drafter live as long as the pair: costs and acceptance
         learned in one generation (a chat turn, a bench run) carry over to the next."""
-        key = (tuple(names), k_max)
+        key = (tuple(names), k_max, ngrams)
         if self._auto is None or self._auto[0] != key:
             controller = Controller(names, k_max=k_max, k_start=k_start)
             costs = self.decode_costs()
             per_token = {ModelDrafter.name: costs.draft_token_s} if costs.draft_token_s and ModelDrafter.name in names else {}
             controller.seed(costs.verify_s, per_token)
-            self._auto = (key, controller, PromptLookupDrafter(max_draft=k_max))
+            self._auto = (key, controller, PromptLookupDrafter(*ngrams, max_draft=k_max))
         return self._auto[1], self._auto[2]
 
     def decode_costs(self) -> DecodeCosts:

@@ -69,6 +69,8 @@ def run(
     draft_max: opt.DraftMax = None,
     draft_min: opt.DraftMin = defaults.DRAFT_MIN,
     draft_p_min: opt.DraftPMin = defaults.DRAFT_P_MIN,
+    ngram_min: opt.NgramMin = defaults.NGRAM_MIN,
+    ngram_max: opt.NgramMax = defaults.NGRAM_MAX,
     ctx_size: opt.CtxSize = defaults.CTX_SIZE,
     threads: opt.Threads = 0,
     gpu_layers: opt.GpuLayers = None,
@@ -87,6 +89,7 @@ def run(
     settings = generation_settings(
         models, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
         draft_min=draft_min, draft_p_min=draft_p_min, stop=stop, ignore_eos=ignore_eos,
+        ngram_min=ngram_min, ngram_max=ngram_max,
     )
     loaded = Pair(config, warn=out.warn)
     try:
@@ -153,6 +156,8 @@ def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, te
             "draft_max": settings.draft_max,
             "draft_min": settings.draft_min,
             "draft_p_min": settings.draft_p_min,
+            "ngram_min": settings.ngram_min,
+            "ngram_max": settings.ngram_max,
             "stop": list(settings.stop),
             "ignore_eos": settings.ignore_eos,
             "ctx_size": loaded.target_ctx.n_ctx,

@@ -503,6 +503,7 @@ def test_plot_written_by_the_command(tiny_target, small_prompts, tmp_path):
         (["--temperature", "hot"], "--temperature: 'hot' is not a number"),
         (["--category", "poetry"], "unknown category 'poetry'"),
         (["--json", "/nonexistent/dir/out.json"], "does not exist"),
+        (["--ngram-min", "4", "--ngram-max", "2"], "--ngram-min 4 is above --ngram-max 2"),
     ],
 )
 def test_bad_flags_fail_before_loading_models(args, expected, tmp_path):

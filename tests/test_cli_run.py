@@ -87,6 +87,18 @@ def test_unknown_spec_mode_is_a_usage_error(tiny_target):
     one_line_error(specrun("run", "x", "--target", tiny_target, "--spec", "turbo"), 2, "auto")
 
 
+def test_ngram_range_reaches_the_lookup_and_the_json(tiny_target):
+    args = ("--target", tiny_target, "--draft", "none", "-n", "24", *GREEDY, "--raw")
+    plain = run_json("ab ab ab ab", *args)
+    doc = run_json("ab ab ab ab", *args, "--spec", "ngram", "--ngram-min", "2", "--ngram-max", "3")
+    assert doc["settings"]["ngram_min"] == 2 and doc["settings"]["ngram_max"] == 3
+    assert doc["text"] == plain["text"]
+
+
+def test_ngram_min_above_max_is_a_usage_error(tiny_target):
+    one_line_error(specrun("run", "x", "--target", tiny_target, "--ngram-min", "5", "--ngram-max", "3"), 2, "--ngram-max")
+
+
 def one_line_error(result, code: int, *words: str) -> None:
     assert result.returncode == code, (result.returncode, result.stderr)
     lines = result.stderr.strip().splitlines()

@@ -128,6 +128,14 @@ def first_two_distribution(pair: Pair, prompt: list[int], sampling: SamplingPara
     return joint
 
 
+@pytest.mark.parametrize("mode", ["ngram", "auto"])
+def test_the_lookup_matches_the_ngram_range_of_the_settings(close_pair, mode):
+    settings = GenerationSettings(ngram_min=2, ngram_max=5)
+    policy = close_pair.policy(mode, settings, np.random.default_rng(0))
+    lookup = policy.drafter if mode == "ngram" else policy.lookup
+    assert (lookup.index.n_min, lookup.index.n_max) == (2, 5)
+
+
 @pytest.fixture(scope="module")
 def close_pair(tiny_target, tiny_dir):
     """A draft whose distribution overlaps the target's but differs from it (noise 0.1), so both the

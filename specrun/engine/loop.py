@@ -33,6 +33,8 @@ class GenerationSettings:
     draft_max: int = defaults.DRAFT_MAX
     draft_min: int = defaults.DRAFT_MIN
     draft_p_min: float = defaults.DRAFT_P_MIN
+    ngram_min: int = defaults.NGRAM_MIN
+    ngram_max: int = defaults.NGRAM_MAX
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
 

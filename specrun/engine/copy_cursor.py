@@ -23,13 +23,17 @@ class CopyCursor:
 
     While synchronised, the cursor expects the source's next token (or, where a learned replacement
     applies, the replacement's tokens). When the history departs from that, the cursor is lost:
-    each later token, for up to `resync_within` tokens, it looks for the longest suffix of the
-    history that also occurs in the source between `back` tokens before and `ahead` tokens after
-    the point where the copy broke off, and resumes after the occurrence nearest ahead of it. The
-    source tokens skipped and the history tokens written instead become a replacement rule, unless
-    either is longer than `rule_max`. A suffix of at least `global_min` tokens found anywhere (the
-    most recent occurrence) also resumes a copy, without a rule: the answer moved to another part.
-    A rule whose replacement the history then contradicts is dropped.
+    each later token, for up to `resync_within` tokens, it looks for a suffix of the history that
+    also occurs in the source between `back` tokens before and `ahead` tokens after the point where
+    the copy broke off, preferring near occurrences and long suffixes (see `_search`), and resumes
+    after it. The source tokens skipped and the history tokens written instead become a
+    replacement rule, unless either is longer than `rule_max`. A suffix of at least `global_min`
+    tokens found anywhere (the most recent occurrence) also resumes a copy, without a rule: the
+    answer moved to another part. A rule the history then contradicts is dropped.
+
+    A copy found again near its break counts as an edit of the source (`found_near`) only if the
+    copy that broke had run `trust_run` tokens or was itself such an edit: code and prose written
+    from scratch repeat short stretches of earlier text by chance, and those copies break at once.
     """
 
     def __init__(self, index: NgramIndex, *, back: int = 32, ahead: int = 256, resync_within: int = 32,

@@ -12,7 +12,6 @@ replacement in its drafts the next time those source tokens come up.
 from __future__ import annotations
 
 from bisect import bisect_left
-from contextlib import contextmanager
 from typing import Sequence
 
 from .ngram_index import NgramIndex
@@ -48,8 +47,6 @@ class CopyCursor:
         self.global_min = max(global_min, index.n_min)
         self.rules: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._rules_by_first: dict[int, set[tuple[int, ...]]] = {}
-        self.edits = [0.0, 0.0]  # decayed counts of insertions and replacements seen
-        self.edit_decay = 0.8
         self.reset(0)
 
     # -- state -------------------------------------------------------------------------------
@@ -193,17 +190,15 @@ class CopyCursor:
         the departure and the match."""
         tokens = self.index.tokens
         src_end, hist_end = end - n, h + 1 - n
-        if src_end < self.lost_src or hist_end < self.lost_hist:
-            return
-        kind = 0 if src_end == self.lost_src else 1  # an insertion, or a replacement of source tokens
-        self.edits = [count * self.edit_decay for count in self.edits]
-        self.edits[kind] += 1.0
-        if kind == 0:
-            return
+        if src_end <= self.lost_src or hist_end < self.lost_hist:
+            return  # an insertion (no source tokens skipped), or a match that reaches back
         deleted = tuple(tokens[self.lost_src : src_end])
         inserted = tuple(tokens[self.lost_hist : hist_end])
         if len(deleted) > self.rule_max or len(inserted) > self.rule_max or deleted == inserted:
             return
+        known = self.rules.get(deleted)
+        if known is not None and len(inserted) > len(known) and inserted[len(inserted) - len(known) :] == known:
+            return  # tokens inserted before a known replacement: the rule stands
         self._add_rule(deleted, inserted)
 
     def _add_rule(self, deleted: tuple[int, ...], inserted: tuple[int, ...]) -> None:
@@ -213,7 +208,6 @@ class CopyCursor:
     def forget_rules(self) -> None:
         self.rules.clear()
         self._rules_by_first.clear()
-        self.edits = [0.0, 0.0]
 
     def _forget_rule(self, deleted: tuple[int, ...]) -> None:
         self.rules.pop(deleted, None)
@@ -224,58 +218,11 @@ class CopyCursor:
     # -- drafting ----------------------------------------------------------------------------
 
     def draft(self, k: int) -> list[int]:
-        """Up to k tokens continuing the copy with the learned rules applied; a copy that reaches
-        the history's end runs on through its own draft (a repeating pattern). While lost right
-        after a change, the guess is that the change is over: the copy goes on from the break, past
-        one source token if changes have mostly been replacements, at it if mostly insertions."""
-        if k <= 0:
+        """Up to k tokens continuing the copy with the learned rules applied (none while lost); a
+        copy that reaches the history's end runs on through its own draft (a repeating pattern)."""
+        if self.pos is None or k <= 0:
             return []
-        if self.pos is not None:
-            return self._draft_from(self.pos, self.pending, k)
-        if self.lost_src is not None:
-            skip = self.guess_skip()
-            with self._tentative_rule(skip):
-                return self._draft_from(self.lost_src + skip, (), k)
-        return []
-
-    @contextmanager
-    def _tentative_rule(self, skip: int):
-        """While guessing that the tokens since the break replaced `skip` source tokens, make the
-        same replacement where those source tokens come up again in the draft (a rename's next use)."""
-        tokens = self.index.tokens
-        deleted = tuple(tokens[self.lost_src : self.lost_src + skip])
-        inserted = tuple(tokens[self.lost_hist :])
-        add = bool(deleted) and deleted not in self.rules and len(inserted) <= self.rule_max and deleted != inserted
-        if add:
-            self._add_rule(deleted, inserted)
-        try:
-            yield
-        finally:
-            if add:
-                self._forget_rule(deleted)
-
-    @property
-    def guessing(self) -> bool:
-        """Lost after a change, with drafts guessed from where the copy broke off."""
-        return self.pos is None and self.lost_src is not None
-
-    @property
-    def since_break(self) -> int:
-        """Tokens written since the history departed from the copy (0 while synchronised)."""
-        return len(self.index.tokens) - self.lost_hist if self.guessing else 0
-
-    def guess_skip(self) -> int:
-        """Source tokens a change is guessed to replace: 1, or 0 when recent changes were mostly
-        insertions or a learned rule replaces the source tokens at the break (the change was
-        inserted before them, and the rule takes care of them)."""
-        insertions, replacements = self.edits
-        return 0 if insertions > replacements or self._rule_at(self.lost_src) else 1
-
-    def _rule_at(self, pos: int) -> bool:
-        tokens = self.index.tokens
-        if pos >= len(tokens):
-            return False
-        return any(tuple(tokens[pos : pos + len(d)]) == d for d in self._rules_by_first.get(tokens[pos], ()))
+        return self._draft_from(self.pos, self.pending, k)
 
     def _draft_from(self, pos: int, pending: tuple[int, ...], k: int) -> list[int]:
         tokens = self.index.tokens

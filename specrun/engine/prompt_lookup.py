@@ -64,9 +64,9 @@ class PromptLookupDrafter:
 
     def confidence(self, n: int, position: int = 2, kind: str = "match") -> float:
         """Estimated acceptance of the drafted token at `position`, given that the tokens before it
-        were accepted, for a match of length n (kind "match"), a copy that has run n tokens ("copy")
-        or a guess n tokens after a change ("guess"). The first token is estimated apart from the
-        rest; a later token of a copy is judged as a copy that has run that much further."""
+        were accepted, for a match of length n (kind "match") or a copy that has run n tokens
+        ("copy"). The first token is estimated apart from the rest; a later token of a copy is
+        judged as a copy that has run that much further."""
         key = (kind, n) if position == 1 else self._rest_key(kind, n, position)
         successes, trials = (self._first if position == 1 else self._rest).get(key, (0.0, 0.0))
         w = self.prior_weight
@@ -77,12 +77,11 @@ class PromptLookupDrafter:
 
     @staticmethod
     def _rest_key(kind: str, n: int, position: int) -> tuple[str, int]:
-        """The estimate a token after the first uses: its match's own, or, in a copy or a guess,
-        that of a copy which has run the tokens before it."""
+        """The estimate a token after the first uses: its match's own, or, in a copy, that of a
+        copy which has run the tokens before it."""
         if kind == "match":
             return kind, n
-        run = (n if kind == "copy" else 0) + position - 1
-        return "copy", _run_bucket(run)
+        return "copy", _run_bucket(n + position - 1)
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         keep = self.index.sync(history)
@@ -110,8 +109,6 @@ class PromptLookupDrafter:
         elif cursor.synced:
             n = min(cursor.run, self.index.n_max)
             evidence, limit = ("match", n), self.draft_length(n)
-        elif cursor.guessing:
-            evidence, limit = ("guess", min(cursor.since_break, GUESS_BUCKETS)), self.max_draft
         else:
             return None
         out = cursor.draft(min(k, limit))
@@ -167,12 +164,11 @@ class PromptLookupDrafter:
             row[0] += position <= successes
 
 
-GUESS_BUCKETS = 4  # guesses 4 or more tokens after a change share one estimate
 RUN_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # copy runs are estimated by these lower bounds
 
 
 def _run_bucket(run: int) -> int:
-    """The largest bucket bound not above `run` (0 for a copy just found by a 0-token guess)."""
+    """The largest bucket bound not above `run`."""
     bucket = 0
     for bound in RUN_BUCKETS:
         if run >= bound:
@@ -182,9 +178,7 @@ def _run_bucket(run: int) -> int:
 
 def _prior(kind: str, n: int, first: bool) -> float:
     """Acceptance before any outcome: n/(n+2) for the first token of a match of n tokens, or of a
-    copy that has run n tokens, and n/(n+1) after it; 1/3 for a guess right after a change. A copy
-    is a match grown long: it is trusted only as far as it has run, since copies found by chance
-    (in code written from scratch, in prose) are many and short."""
-    if kind == "guess":
-        return 1 / 3
+    copy that has run n tokens, and n/(n+1) after it. A copy is a match grown long: it is trusted
+    only as far as it has run, since copies found by chance (in code written from scratch, in
+    prose) are many and short."""
     return n / (n + 2) if first else n / (n + 1)

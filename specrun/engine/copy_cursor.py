@@ -12,7 +12,6 @@ replacement in its drafts the next time those source tokens come up.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Sequence
 
 from .ngram_index import NgramIndex
 
@@ -96,14 +95,14 @@ class CopyCursor:
     def _expected(self, h: int) -> int | None:
         """The token the copy predicts at history index h (None: the source has run out)."""
         if not self.pending:
-            self._apply_rule(self.index.tokens, h)
+            self._apply_rule(h)
         if self.pending:
             return self.pending[0]
         return self.index.tokens[self.pos] if self.pos < h else None
 
-    def _apply_rule(self, source: Sequence[int], limit: int) -> None:
-        """At the cursor, take the longest learned rule whose source tokens come next."""
-        pos = self.pos
+    def _apply_rule(self, limit: int) -> None:
+        """At the cursor, take the longest learned rule whose source tokens (before `limit`) come next."""
+        source, pos = self.index.tokens, self.pos
         for deleted in sorted(self._rules_by_first.get(source[pos], ()) if pos < limit else (), key=len, reverse=True):
             end = pos + len(deleted)
             if end <= limit and tuple(source[pos:end]) == deleted:
@@ -222,18 +221,14 @@ class CopyCursor:
         copy that reaches the history's end runs on through its own draft (a repeating pattern)."""
         if self.pos is None or k <= 0:
             return []
-        return self._draft_from(self.pos, self.pending, k)
-
-    def _draft_from(self, pos: int, pending: tuple[int, ...], k: int) -> list[int]:
         tokens = self.index.tokens
         size = len(tokens)
-        saved = (self.pos, self.pending, self.rule, self.rule_start)
-        self.pos, self.pending = pos, pending
+        saved = (self.pos, self.pending, self.rule, self.rule_start)  # drafting walks the cursor ahead
         out: list[int] = []
         try:
             while len(out) < k:
                 if not self.pending and self.pos < size:
-                    self._apply_rule(tokens, size)
+                    self._apply_rule(size)
                 if self.pending:
                     out.append(self.pending[0])
                     self.pending = self.pending[1:]

@@ -19,7 +19,8 @@ class PromptLookupDrafter:
 
     The copy is followed through edits by a `CopyCursor` (off with `follow_copies=False`): it knows
     where in the prompt the answer is, resumes there after a changed token, and repeats the changes
-    it has seen. A copy may draft up to `max_draft` tokens. Without one, a match of n tokens may
+    it has seen. A copy found again after a change (an edit of the source) may draft up to
+    `max_draft` tokens. A match of n tokens, or a copy found by chance that has run n tokens, may
     draft up to `draft_length(n)` = 2^(n-1) tokens (capped by `max_draft` and k): one matching token
     is weak evidence, a long match usually means the text is being copied. Matches up to 8 tokens
     are looked for because code repeats short runs (indentation, `self.`, closing brackets) in many
@@ -27,8 +28,8 @@ class PromptLookupDrafter:
     its own draft, so a repeating pattern continues past the history's end.
 
     Confidence is the chance that each drafted token is accepted, estimated from recent outcomes
-    per kind of evidence: the match length n of an n-gram match (prior n/(n+1)), or the tokens a
-    copy has run since it was last found (prior (n+1)/(n+2), capped at ngram_max). Outcomes come
+    per kind of evidence: the match length n of an n-gram match, or the tokens an edit copy has run
+    since it was last found, in buckets of run length (priors in `_prior`). Outcomes come
     from `feedback`, or, when the draft got none (a hybrid or the auto controller chose another
     option, or cut the draft to nothing), from comparing it with the tokens the history gained
     since: the target's own tokens are what a verifier would have checked it against, so the
@@ -70,7 +71,7 @@ class PromptLookupDrafter:
         key = (kind, n) if position == 1 else self._rest_key(kind, n, position)
         successes, trials = (self._first if position == 1 else self._rest).get(key, (0.0, 0.0))
         w = self.prior_weight
-        return (successes + w * _prior(*key, first=position == 1)) / (trials + w)
+        return (successes + w * _prior(key[1], first=position == 1)) / (trials + w)
 
     def confidences(self, n: int, length: int, kind: str = "match") -> list[float]:
         return [self.confidence(n, j, kind) for j in range(1, length + 1)]
@@ -176,7 +177,7 @@ def _run_bucket(run: int) -> int:
     return bucket
 
 
-def _prior(kind: str, n: int, first: bool) -> float:
+def _prior(n: int, first: bool) -> float:
     """Acceptance before any outcome: n/(n+2) for the first token of a match of n tokens, or of a
     copy that has run n tokens, and n/(n+1) after it. A copy is a match grown long: it is trusted
     only as far as it has run, since copies found by chance (in code written from scratch, in

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,88 @@ def real_model(name: str) -> Path:
 def real_pair_paths() -> tuple[Path, Path]:
     """The default pair's target and draft, assembled from the bundled packages."""
     return real_model("qwen2.5-coder-1.5b"), real_model("qwen2.5-coder-0.5b")
+
+
+# -- padded vocabularies and other model families -----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def padded_large(tiny_dir) -> Path:
+    """The tiny target's weights and vocabulary plus 100 unused `[PAD<id>]` tokens at the end (as
+    converted models padded to a round embedding size are): ids 267..366 get real probability."""
+    return write_tiny_gguf(tiny_dir / "padded-large.gguf", seed=0, pad_tokens=100, name="tiny-padded")
+
+
+@pytest.fixture(scope="session")
+def padded_small(tiny_dir) -> Path:
+    """A noisy copy (0.03) of `padded_large` without the padding: llama.cpp accepts the pair either
+    way round (sizes 267 and 367, identical text below 267)."""
+    return write_tiny_gguf(tiny_dir / "padded-small.gguf", seed=0, noise=0.03, name="tiny-padded-draft")
+
+
+# Prompts the family fixtures are tuned on: greedy answers to these end with an end-of-turn token.
+FAMILY_PROMPT = "the quick brown fox"  # fed as is (--raw)
+FAMILY_MESSAGE = "hello"  # one user message, formatted with the chat template
+
+
+@dataclass(frozen=True)
+class FamilyPair:
+    """A target and its noisy-copy draft whose end-of-generation token `eog` comes where the
+    ordinary token `like` would have been generated (so greedy answers end early and predictably)."""
+
+    target: Path
+    draft: Path
+    eog: str
+    like: int
+
+
+def family_pair(directory: Path, vocab: str, eog: str, *, seed: int = 0) -> FamilyPair:
+    """Write a base model, find the token that comes soonest in its greedy answers to both family
+    prompts (tiny_models.frequent_token), and write target and draft that generate `eog` there."""
+    from tiny_models import frequent_token
+
+    stem = f"{vocab}-{eog.strip('<|>/') if eog != '</s>' else 'eos'}"
+    base = write_tiny_gguf(directory / f"{stem}-base.gguf", vocab=vocab, seed=seed, name=f"tiny-{vocab}-base")
+    like = frequent_token(base, [FAMILY_PROMPT], 40, chat_prompts=[FAMILY_MESSAGE])
+    common = dict(vocab=vocab, seed=seed, eog_like={eog: like})
+    target = write_tiny_gguf(directory / f"{stem}-target.gguf", name=f"tiny-{vocab}", **common)
+    draft = write_tiny_gguf(directory / f"{stem}-draft.gguf", noise=0.03, name=f"tiny-{vocab}-draft", **common)
+    return FamilyPair(target, draft, eog, like)
+
+
+@pytest.fixture(scope="session")
+def spm_pair(tiny_dir) -> FamilyPair:
+    """SentencePiece vocabulary (Llama 2 style: BOS `<s>` added, `</s>` ends the answer)."""
+    return family_pair(tiny_dir, "spm", "</s>")
+
+
+@pytest.fixture(scope="session")
+def spm_target(spm_pair) -> Path:
+    return spm_pair.target
+
+
+@pytest.fixture(scope="session")
+def spm_draft(spm_pair) -> Path:
+    return spm_pair.draft
+
+
+@pytest.fixture(scope="session")
+def llama3_pair(tiny_dir) -> FamilyPair:
+    """Llama 3 vocabulary (BOS `<|begin_of_text|>` added; answers end with `<|eot_id|>`)."""
+    return family_pair(tiny_dir, "llama3", "<|eot_id|>")
+
+
+@pytest.fixture(scope="session")
+def llama3_target(llama3_pair) -> Path:
+    return llama3_pair.target
+
+
+@pytest.fixture(scope="session")
+def llama3_draft(llama3_pair) -> Path:
+    return llama3_pair.draft
+
+
+@pytest.fixture(scope="session")
+def llama3_end_of_text_pair(tiny_dir) -> FamilyPair:
+    """The Llama 3 pair with answers ending in `<|end_of_text|>` (the EOS) instead of `<|eot_id|>`."""
+    return family_pair(tiny_dir, "llama3", "<|end_of_text|>")

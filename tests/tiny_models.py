@@ -1,14 +1,31 @@
 """Tiny llama-architecture GGUF models with random weights, written with the `gguf` package.
 
-They load in milliseconds, so the engine can be tested on real llama.cpp without downloads. The
-vocabulary is byte-level gpt2 (256 byte tokens, a few merges, chat special tokens); knobs let a test
-make a second model whose vocabulary differs in size, in one token's text, or in BOS id, or whose
-weights are a noisy copy of another's (a draft that agrees with the target part of the time).
+They load in milliseconds, so the engine can be tested on real llama.cpp without downloads. Three
+vocabulary families:
+
+- "gpt2" (the default): byte-level BPE (256 byte tokens, a few merges, ChatML special tokens), like
+  Qwen; no BOS is added.
+- "spm": SentencePiece, like Llama 2: `<unk>` 0, `<s>` 1 (BOS, added), `</s>` 2 (EOS), the 256
+  byte-fallback tokens `<0x00>`..`<0xFF>`, scored "▁"-prefixed pieces, a Llama-2 chat template.
+- "llama3": byte-level BPE with the Llama 3 special tokens (`<|begin_of_text|>` added as BOS;
+  `<|end_of_text|>` and `<|eot_id|>` both end generation) and a Llama-3 chat template.
+
+Knobs let a test make a second model whose vocabulary differs in size, in one token's text, or in
+BOS id; whose vocabulary is padded at the end with unused `[PAD<id>]` tokens (as converted models
+whose embedding matrix is larger than their tokenizer are); whose weights are a noisy copy of
+another's (a draft that agrees with the target part of the time); or whose end-of-generation tokens
+are made likely where a chosen ordinary token would be generated (`eog_like`, with
+`frequent_token` to choose that token), so a test knows that and where generation ends.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence, Union
 
 import numpy as np
 
@@ -16,9 +33,45 @@ CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content']"
     " + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+# Llama-2-chat's template; llama.cpp recognises it by "[INST]" (and "content.strip()": llama2-sys-strip).
+LLAMA2_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+    "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
+    "{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}"
+)
+# Llama-3-instruct's template; llama.cpp recognises it by "<|start_header_id|>" and "<|end_header_id|>".
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'"
+    "+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
+    "{% endif %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"
+)
 
 MERGES = ["Ġ t", "h e", "i n", "Ġ a", "e r", "o n", "Ġt he", "r e"]
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+SPM_SPECIALS = ["<unk>", "<s>", "</s>"]
+SPM_SPACE = "\u2581"  # "▁": SentencePiece's word-start marker
+SPM_WORDS = (
+    "the of and to in is it you that he was for on are with as his they at be this have from or one had by "
+    "word but not what all were we when your can said there use an each which she do how their if will up "
+    "other about out many then them these so some her would make like him into time has look two more write "
+    "go see number no way could people my than first water been call who hello world def return print count "
+    "ten three four five quick brown fox jumps over lazy dog explain answer question INST SYS"
+).split()
+SPM_SUBWORDS = ["ing", "ed", "er", "tion", "ly", "es", "st", "re", "an", "on"]
+
+# Token types, as gguf.TokenType numbers them.
+NORMAL, UNKNOWN, CONTROL, UNUSED, BYTE = 1, 2, 3, 5, 6
+DEFAULT_TEMPLATE = "default"  # `chat_template` value: the vocabulary family's own template
 
 
 def byte_tokens() -> list[str]:
@@ -39,12 +92,62 @@ def vocabulary(extra_tokens: int = 0, overrides: dict[int, str] | None = None) -
     """Token texts and types: bytes, merge results, `extra_tokens` filler tokens, then specials."""
     tokens = byte_tokens() + [m.replace(" ", "") for m in MERGES]
     tokens += [f"<extra_{i}>" for i in range(extra_tokens)]
-    types = [1] * len(tokens)
+    types = [NORMAL] * len(tokens)
     tokens += SPECIALS
-    types += [3] * len(SPECIALS)
+    types += [CONTROL] * len(SPECIALS)
     for index, text in (overrides or {}).items():
         tokens[index] = text
     return tokens, types
+
+
+def spm_pieces() -> list[str]:
+    """SentencePiece pieces: "▁word" for common words and every prefix of it (so the tokenizer's
+    pairwise merges can reach the whole word), a few subwords with their prefixes, then the space
+    marker and the printable ASCII characters."""
+    pieces: list[str] = []
+    for word in [SPM_SPACE + w for w in SPM_WORDS] + SPM_SUBWORDS:
+        pieces += [word[:end] for end in range(2, len(word) + 1)]
+    pieces += [SPM_SPACE] + [chr(c) for c in range(ord("!"), ord("~") + 1)]
+    return list(dict.fromkeys(pieces))
+
+
+@dataclass
+class Vocab:
+    """One vocabulary family's tokens and tokenizer metadata."""
+
+    model: str
+    pre: str | None
+    tokens: list[str]
+    types: list[int]
+    bos: int
+    eos: int
+    add_bos: bool
+    template: str
+    scores: list[float] | None = None
+    merges: list[str] = field(default_factory=list)
+    unk: int | None = None
+
+
+def family_vocabulary(kind: str = "gpt2", extra_tokens: int = 0) -> Vocab:
+    """The tokens and tokenizer metadata of a vocabulary family (before overrides and padding)."""
+    if kind == "gpt2":
+        tokens, types = vocabulary(extra_tokens)
+        endoftext = tokens.index("<|endoftext|>")
+        return Vocab("gpt2", "default", tokens, types, endoftext, endoftext, False, CHATML_TEMPLATE, merges=list(MERGES))
+    if kind == "llama3":
+        tokens = byte_tokens() + [m.replace(" ", "") for m in MERGES] + [f"<extra_{i}>" for i in range(extra_tokens)]
+        types = [NORMAL] * len(tokens) + [CONTROL] * len(LLAMA3_SPECIALS)
+        tokens += LLAMA3_SPECIALS
+        bos, eos = tokens.index("<|begin_of_text|>"), tokens.index("<|end_of_text|>")
+        return Vocab("gpt2", "llama-bpe", tokens, types, bos, eos, True, LLAMA3_TEMPLATE, merges=list(MERGES))
+    if kind == "spm":
+        pieces = spm_pieces() + [f"{SPM_SPACE}extra{i}" for i in range(extra_tokens)]
+        tokens = SPM_SPECIALS + [f"<0x{b:02X}>" for b in range(256)] + pieces
+        types = [UNKNOWN, CONTROL, CONTROL] + [BYTE] * 256 + [NORMAL] * len(pieces)
+        # Scores order the tokenizer's merges (higher first), as a SentencePiece model's log-probabilities do.
+        scores = [0.0] * (3 + 256) + [-float(i) for i in range(len(pieces))]
+        return Vocab("llama", None, tokens, types, 1, 2, True, LLAMA2_TEMPLATE, scores=scores, unk=0)
+    raise ValueError(f"unknown vocabulary {kind!r}: use 'gpt2', 'spm' or 'llama3'")
 
 
 def write_tiny_gguf(
@@ -62,32 +165,71 @@ def write_tiny_gguf(
     token_overrides: dict[int, str] | None = None,
     bos_id: int | None = None,
     eos_id: int | None = None,
-    add_bos: bool = False,
-    chat_template: str | None = CHATML_TEMPLATE,
+    add_bos: bool | None = None,
+    chat_template: str | None = DEFAULT_TEMPLATE,
     logit_scale: float = 4.0,
     name: str = "tiny",
     arch: str = "llama",
+    vocab: str = "gpt2",
+    pad_tokens: int = 0,
+    eog_like: dict[str, int] | None = None,
+    eog_scale: float = 1.05,
 ) -> Path:
     """Write a tiny model to `path` and return it.
 
     Weights come from `seed`; with `noise` > 0 they get Gaussian noise from `noise_seed` added, so
     two calls with the same seed and different noise give a target and a draft that mostly agree.
     `logit_scale` sharpens the output distribution so sampled tokens are not uniform noise.
+
+    vocab: "gpt2", "spm" or "llama3" (see the module docstring). `add_bos` and `chat_template`
+    default to the family's ("default": ChatML, Llama-2 or Llama-3; None: no template).
+
+    pad_tokens: that many unused `[PAD<id>]` tokens (type UNUSED, as llama.cpp's converter pads a
+    vocabulary) after every other token. Their embedding and output rows come from their own random
+    streams, so every other weight is the same whatever the padding: models that differ only in
+    `pad_tokens` agree on every id below the smaller size, and the padding ids get real probability.
+
+    eog_like: {special token text: ordinary token id}; the special token's output row becomes
+    `eog_scale` times that token's row, so under greedy decoding the special token is generated
+    where the ordinary one would have been (while its logit is positive; also where that logit comes
+    within the scale of the top one): an end-of-generation token at a place `frequent_token` can
+    predict. Applied after the noise, so a draft keeps the relation.
     """
     import gguf
 
     path = Path(path)
-    tokens, types = vocabulary(extra_tokens, token_overrides)
+    spec = family_vocabulary(vocab, extra_tokens)
+    tokens, types, scores = list(spec.tokens), list(spec.types), spec.scores
+    n_base = len(tokens)
+    tokens += [f"[PAD{i}]" for i in range(n_base, n_base + pad_tokens)]
+    types += [UNUSED] * pad_tokens
+    if scores is not None:
+        scores = scores + [0.0] * pad_tokens
+    for index, text in (token_overrides or {}).items():
+        tokens[index] = text
     n_vocab = len(tokens)
-    endoftext = tokens.index("<|endoftext|>") if "<|endoftext|>" in tokens else n_vocab - 3
     rng = np.random.default_rng(seed)
     noise_rng = np.random.default_rng(noise_seed)
 
-    def tensor(*shape: int, scale: float = 0.2) -> np.ndarray:
-        data = rng.standard_normal(shape).astype(np.float32) * scale
+    def tensor(*shape: int, scale: float = 0.2, gen: np.random.Generator = rng, noise_gen: np.random.Generator = noise_rng) -> np.ndarray:
+        data = gen.standard_normal(shape).astype(np.float32) * scale
         if noise:
-            data += noise_rng.standard_normal(shape).astype(np.float32) * scale * noise
+            data += noise_gen.standard_normal(shape).astype(np.float32) * scale * noise
         return data.astype(np.float32)
+
+    out_scale = float(logit_scale / np.sqrt(n_embd))
+    embd = tensor(n_base, n_embd, scale=1.0)
+    output = tensor(n_base, n_embd, scale=out_scale)
+    if pad_tokens:
+        pad_rng, pad_noise_rng = np.random.default_rng([seed, 0x9AD]), np.random.default_rng([noise_seed, 0x9AD])
+        embd = np.concatenate([embd, tensor(pad_tokens, n_embd, scale=1.0, gen=pad_rng, noise_gen=pad_noise_rng)])
+        output = np.concatenate([output, tensor(pad_tokens, n_embd, scale=out_scale, gen=pad_rng, noise_gen=pad_noise_rng)])
+    for special, like in (eog_like or {}).items():
+        if special not in tokens:
+            raise ValueError(f"eog_like: no token {special!r} in the {vocab} vocabulary")
+        if not 0 <= like < n_vocab:
+            raise ValueError(f"eog_like: token id {like} outside the vocabulary (0..{n_vocab - 1})")
+        output[tokens.index(special)] = output[like] * eog_scale
 
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(name)
@@ -100,21 +242,30 @@ def write_tiny_gguf(
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_rope_dimension_count(n_embd // n_head)
     writer.add_file_type(0)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
+    writer.add_tokenizer_model(spec.model)
+    if spec.pre is not None:
+        writer.add_tokenizer_pre(spec.pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
-    writer.add_token_merges(MERGES)
-    writer.add_bos_token_id(endoftext if bos_id is None else bos_id)
-    writer.add_eos_token_id(endoftext if eos_id is None else eos_id)
-    writer.add_add_bos_token(add_bos)
+    if scores is not None:
+        writer.add_token_scores(scores)
+    if spec.merges:
+        writer.add_token_merges(spec.merges)
+    # BOS/EOS follow their text if an override moved it (the family's ids otherwise).
+    bos_text, eos_text = spec.tokens[spec.bos], spec.tokens[spec.eos]
+    writer.add_bos_token_id(bos_id if bos_id is not None else tokens.index(bos_text) if bos_text in tokens else spec.bos)
+    writer.add_eos_token_id(eos_id if eos_id is not None else tokens.index(eos_text) if eos_text in tokens else spec.eos)
+    if spec.unk is not None:
+        writer.add_unk_token_id(spec.unk)
+    writer.add_add_bos_token(spec.add_bos if add_bos is None else add_bos)
     writer.add_add_eos_token(False)
-    if chat_template:
-        writer.add_chat_template(chat_template)
+    template = spec.template if chat_template == DEFAULT_TEMPLATE else chat_template
+    if template:
+        writer.add_chat_template(template)
 
-    writer.add_tensor("token_embd.weight", tensor(n_vocab, n_embd, scale=1.0))
+    writer.add_tensor("token_embd.weight", embd)
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    writer.add_tensor("output.weight", tensor(n_vocab, n_embd, scale=float(logit_scale / np.sqrt(n_embd))))
+    writer.add_tensor("output.weight", output)
     for i in range(n_layer):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
         writer.add_tensor(f"blk.{i}.attn_q.weight", tensor(n_embd, n_embd))
@@ -130,3 +281,138 @@ def write_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+# -- greedy decoding straight through llama.cpp, to choose where `eog_like` tokens should go --------
+
+Prompt = Union[str, Sequence[int]]
+_LOG_CALLBACK = None  # llama.cpp keeps the pointer
+
+
+def _llama_cpp():
+    """llama_cpp with its backend initialised; its log is dropped unless SPECRUN_DEBUG is set."""
+    global _LOG_CALLBACK
+    import llama_cpp
+
+    if _LOG_CALLBACK is None:
+        debug = bool(os.environ.get("SPECRUN_DEBUG"))
+
+        def log(level, text, user_data):  # noqa: ARG001 - C signature
+            if debug and text:
+                sys.stderr.write(text.decode("utf-8", "replace"))
+
+        _LOG_CALLBACK = llama_cpp.llama_log_callback(log)
+        llama_cpp.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+        llama_cpp.llama_backend_init()
+    return llama_cpp
+
+
+def _chat_text(lib, model, message: str) -> str:
+    """One user message formatted with the model's template by llama.cpp, the assistant turn opened."""
+    template = lib.llama_model_chat_template(model, None)
+    if not template:
+        raise ValueError("the model has no chat template")
+    array = (lib.llama_chat_message * 1)()
+    role, content = b"user", message.encode()
+    array[0].role, array[0].content = role, content
+    size = 2 * len(content) + 512
+    buf = ctypes.create_string_buffer(size)
+    n = lib.llama_chat_apply_template(template, array, 1, True, buf, size)
+    if n < 0 or n > size:
+        raise ValueError(f"llama.cpp cannot apply the chat template (returned {n})")
+    return buf.raw[:n].decode("utf-8")
+
+
+def _tokenize(lib, vocab, text: str) -> list[int]:
+    """As specrun tokenizes prompts: the vocabulary's BOS added, special-token text parsed."""
+    data = text.encode("utf-8")
+    capacity = len(data) + 16
+    buf = (lib.llama_token * capacity)()
+    n = lib.llama_tokenize(vocab, data, len(data), buf, capacity, True, True)
+    if n < 0:
+        raise ValueError(f"tokenizing needs {-n} tokens")
+    return list(buf[:n])
+
+
+def greedy_tokens(path: Path | str, prompts: Sequence[Prompt] = (), n: int = 32, *, chat_prompts: Sequence[str] = ()) -> list[list[int]]:
+    """Greedy plain decoding of up to `n` tokens after each prompt, stopping after an
+    end-of-generation token (which is included). A prompt is text (tokenized with BOS and special
+    tokens, as specrun's `--raw` does) or token ids; a chat prompt is one user message, formatted
+    by llama.cpp's built-in chat template as specrun's chat mode does. Results: prompts first."""
+    lib = _llama_cpp()
+    mparams = lib.llama_model_default_params()
+    mparams.n_gpu_layers = 0
+    mparams.use_extra_bufts = False  # AMX repacking crashes on some CPUs; tiny models do not need it
+    model = lib.llama_model_load_from_file(os.fsencode(str(path)), mparams)
+    if not model:
+        raise ValueError(f"llama.cpp cannot load {path}")
+    ctx = None
+    try:
+        vocab = lib.llama_model_get_vocab(model)
+        n_vocab = lib.llama_vocab_n_tokens(vocab)
+        cparams = lib.llama_context_default_params()
+        cparams.n_ctx = 1024
+        cparams.n_batch = cparams.n_ubatch = 1024
+        cparams.n_threads = cparams.n_threads_batch = 1
+        ctx = lib.llama_init_from_model(model, cparams)
+        if not ctx:
+            raise RuntimeError("llama.cpp cannot create a context")
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        token_lists = [_tokenize(lib, vocab, p) if isinstance(p, str) else list(p) for p in prompts]
+        token_lists += [_tokenize(lib, vocab, _chat_text(lib, model, m)) for m in chat_prompts]
+        results = []
+        for prompt in token_lists:
+            lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+            feed, out = prompt, []
+            for _ in range(n):
+                array = (lib.llama_token * len(feed))(*feed)
+                if lib.llama_decode(ctx, lib.llama_batch_get_one(array, len(feed))) != 0:
+                    raise RuntimeError("llama_decode failed")
+                logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
+                token = int(np.argmax(logits))
+                out.append(token)
+                if lib.llama_vocab_is_eog(vocab, token):
+                    break
+                feed = [token]
+            results.append(out)
+        return results
+    finally:
+        if ctx:
+            lib.llama_free(ctx)
+        lib.llama_model_free(model)
+
+
+def frequent_token(path: Path | str, prompts: Sequence[Prompt] = (), n: int = 32, *, chat_prompts: Sequence[str] = ()) -> int:
+    """The ordinary token that greedy decoding (see greedy_tokens) generates after the most of the
+    prompts, and among those the one that comes soonest in its latest run, then the most often;
+    control, unused and end-of-generation tokens are not counted. A model of the same seed with
+    `eog_like={eog_text: frequent_token(...)}` ends its greedy answers to these prompts at the
+    latest where this token would first have come."""
+    lib = _llama_cpp()
+    runs = greedy_tokens(path, prompts, n, chat_prompts=chat_prompts)
+    model = _load_vocab_only(lib, path)
+    try:
+        vocab = lib.llama_model_get_vocab(model)
+        skip = lib.LLAMA_TOKEN_ATTR_CONTROL | lib.LLAMA_TOKEN_ATTR_UNUSED
+        generated = {t for run in runs for t in run}
+        ordinary = {t for t in generated if not lib.llama_vocab_get_attr(vocab, t) & skip and not lib.llama_vocab_is_eog(vocab, t)}
+    finally:
+        lib.llama_model_free(model)
+    if not ordinary:
+        raise ValueError("greedy decoding generated no ordinary token")
+
+    def rank(token: int) -> tuple[int, int, int]:
+        firsts = [run.index(token) for run in runs if token in run]
+        return len(firsts), -max(firsts), sum(run.count(token) for run in runs)
+
+    return max(sorted(ordinary), key=rank)
+
+
+def _load_vocab_only(lib, path: Path | str):
+    params = lib.llama_model_default_params()
+    params.vocab_only = True
+    model = lib.llama_model_load_from_file(os.fsencode(str(path)), params)
+    if not model:
+        raise ValueError(f"llama.cpp cannot load {path}")
+    return model

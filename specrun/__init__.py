@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 from .engine.loop import GenerationSettings, Step
 from .engine.sampling import SamplingParams
 from .engine.stats import Stats
+from .errors import InputError
 from .pair import Pair, PairConfig, load_pair
 
 
@@ -38,16 +39,28 @@ def settings_from(**options) -> GenerationSettings:
     return GenerationSettings(sampling=sampling, **rest)
 
 
-def stream(pair: Pair, prompt: str, *, chat: bool = True, system: str | None = None, **options) -> Iterator[Step]:
-    """Yield generation steps for a prompt; each step's `text` can be printed as it comes."""
-    tokens = pair.prompt_tokens(prompt, chat=chat, system=system)
-    return pair.stream(tokens, settings_from(**options))
+def _prompt_tokens(pair: Pair, prompt: str, chat: bool, system: str | None) -> list[int]:
+    if not isinstance(prompt, str) or not prompt:
+        raise InputError("the prompt is empty", "pass some prompt text")
+    return pair.prompt_tokens(prompt, chat=chat, system=system)
 
 
-def generate(pair: Pair, prompt: str, *, chat: bool = True, system: str | None = None, **options) -> Result:
-    """Generate a whole answer and return it with its statistics."""
-    tokens = pair.prompt_tokens(prompt, chat=chat, system=system)
-    loop = pair.loop(settings_from(**options))
+def stream(pair: Pair, prompt: str, *, chat: bool = True, system: str | None = None, mode: str | None = None,
+           **options) -> Iterator[Step]:
+    """Yield generation steps for a prompt; each step's `text` can be printed as it comes.
+
+    mode: "off", "draft", "ngram", "hybrid" or "auto" (the default); options: GenerationSettings
+    fields (max_tokens, seed, draft_max, stop, ...) and sampling ones (temperature, top_k, top_p, min_p).
+    """
+    tokens = _prompt_tokens(pair, prompt, chat, system)
+    return pair.stream(tokens, settings_from(**options), mode=mode)
+
+
+def generate(pair: Pair, prompt: str, *, chat: bool = True, system: str | None = None, mode: str | None = None,
+             **options) -> Result:
+    """Generate a whole answer and return it with its statistics (options as for `stream`)."""
+    tokens = _prompt_tokens(pair, prompt, chat, system)
+    loop = pair.loop(settings_from(**options), mode=mode)
     pieces, generated = [], []
     for step in loop.run(tokens):
         pieces.append(step.text)

@@ -11,14 +11,23 @@ TOP_K = 40
 TOP_P = 0.95
 MIN_P = 0.05
 SPEC_MODE = "auto"  # off | draft | ngram | hybrid | auto
-DRAFT_MAX = 4  # K: draft tokens verified per step (a starting point and floor of the cap under auto)
-AUTO_K_MAX = 31  # the most draft tokens auto may verify in one step (a batch of 32)
+DRAFT_MAX = 4  # K in the fixed modes when neither --draft-max nor the pair says; auto starts from it
+AUTO_K_MAX = 31  # auto's default cap on draft tokens per step (a batch of 32); --draft-max lowers it
 DRAFT_MIN = 0
 DRAFT_P_MIN = 0.0  # stop drafting when the draft's top probability falls below this
 NGRAM_MIN = 1  # prompt lookup matches the history's last NGRAM_MIN..NGRAM_MAX tokens
 NGRAM_MAX = 8
 CTX_SIZE = 4096
 N_BATCH = 512  # prompt tokens decoded per llama_decode call
+
+
+def draft_max_for(mode: str, explicit: int | None, recommended: int | None = None) -> int | None:
+    """--draft-max means the most draft tokens per step in every mode. Given, it is that; otherwise
+    the fixed modes use the pair's recommended K (else DRAFT_MAX), and auto gets None: its own
+    cap, AUTO_K_MAX, within which it picks K each step."""
+    if explicit is not None:
+        return explicit
+    return None if mode == "auto" else (recommended or DRAFT_MAX)
 
 
 def threads() -> int:

@@ -16,7 +16,7 @@ from .engine import llama as engine_llama
 from .engine.control import Controller
 from .engine.costs import DecodeCosts
 from .engine.costs import measure as measure_costs
-from .engine.drafters import ModelDrafter
+from .engine.drafters import ModelDrafter, VocabBridge
 from .engine.hybrid import HybridDrafter
 from .engine.llama import Context, LoadOptions, Model
 from .engine.loop import GenerationSettings, SpeculativeLoop, Step
@@ -77,7 +77,7 @@ class Pair:
         self.draft_gpu_layers = 0
         self.target_model = Model(config.target, target_options)
         self.target_ctx = Context(self.target_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch)
-        self.draft_model = self.draft_ctx = None
+        self.draft_model = self.draft_ctx = self.bridge = None
         self._auto = None  # (key, controller, lookup) kept across generations
         self._costs: DecodeCosts | None = None
         if config.draft is not None:
@@ -86,6 +86,7 @@ class Pair:
             self.draft_gpu_layers = draft_options.gpu_layers
             self.draft_model = Model(config.draft, draft_options)
             self.draft_ctx = Context(self.draft_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch)
+            self.bridge = VocabBridge(self.target_model, self.draft_model)
 
     @property
     def has_draft(self) -> bool:
@@ -104,9 +105,6 @@ class Pair:
         text = self.target_model.apply_chat_template(messages, add_assistant)
         return self.target_model.tokenize(text, add_special=True, parse_special=True)
 
-    def default_mode(self) -> str:
-        return defaults.SPEC_MODE
-
     def loop(self, settings: GenerationSettings, *, mode: str | None = None, use_draft: bool = True) -> SpeculativeLoop:
         """A generation loop over this pair's contexts.
 
@@ -114,7 +112,7 @@ class Pair:
         (lookup when it has a confident match, else the draft model) or "auto" (chosen per step from
         measured costs and acceptance); None is the default mode. `use_draft=False` means "off".
         """
-        mode = "off" if not use_draft else (mode or self.default_mode())
+        mode = "off" if not use_draft else (mode or defaults.SPEC_MODE)
         rng = make_rng(settings.seed)
         policy = self.policy(mode, settings, rng)
         return SpeculativeLoop(self.target_ctx, policy, settings, rng=rng, draft_ctx=self.draft_ctx)
@@ -125,22 +123,23 @@ class Pair:
             raise InputError(f"unknown speculation mode {mode!r}", f"use one of: {', '.join(MODES)}")
         model = None
         if self.has_draft:
-            model = ModelDrafter(self.draft_ctx, settings.sampling, rng, p_min=settings.draft_p_min, min_draft=settings.draft_min)
+            model = ModelDrafter(self.draft_ctx, settings.sampling, rng, p_min=settings.draft_p_min, min_draft=settings.draft_min,
+                                 bridge=self.bridge)
         elif mode in ("draft", "hybrid"):
             raise InputError(f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec ngram or off")
-        k = settings.draft_max
+        k = settings.draft_cap(mode)
         if mode == "off" or k <= 0:
             return FixedPolicy(None, 0)
         if mode == "draft":
             return FixedPolicy(model, k)
-        lookup = PromptLookupDrafter(settings.ngram_min, settings.ngram_max, max_draft=max(k, defaults.AUTO_K_MAX))
+        lookup = PromptLookupDrafter(settings.ngram_min, settings.ngram_max, max_draft=k)
         if mode == "ngram":
             return FixedPolicy(lookup, k)
         if mode == "hybrid":
             return FixedPolicy(HybridDrafter(lookup, model), k)
         names = [lookup.name] + ([model.name] if model is not None else [])
         ngrams = (settings.ngram_min, settings.ngram_max)
-        controller, lookup = self._auto_state(names, max(k, defaults.AUTO_K_MAX), min(k, defaults.DRAFT_MAX), ngrams)
+        controller, lookup = self._auto_state(names, k, min(k, defaults.DRAFT_MAX), ngrams)
         return AutoPolicy(controller, lookup, model)
 
     def _auto_state(self, names: list[str], k_max: int, k_start: int, ngrams: tuple[int, int]) -> tuple[Controller, PromptLookupDrafter]:

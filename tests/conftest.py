@@ -1,12 +1,32 @@
-"""Shared fixtures: tiny generated models (session-scoped, written once) and the real pair if present."""
+"""Shared fixtures: tiny generated models (session-scoped, written once) and the real pair if present.
+
+Every cache and config location points into a temporary folder for the whole session, set before
+any test module captures the environment for its subprocesses: tests never read or write a user's
+specrun cache, config or Hugging Face cache.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from tiny_models import write_tiny_gguf
+
+_SANDBOX = Path(tempfile.mkdtemp(prefix="specrun-tests-"))
+for _var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "HF_HOME"):
+    (_SANDBOX / _var.lower()).mkdir()
+    os.environ[_var] = str(_SANDBOX / _var.lower())
+for _var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+    os.environ.pop(_var, None)
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest hook signature
+    shutil.rmtree(_SANDBOX, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

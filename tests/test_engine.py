@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from specrun.engine.costs import DecodeCosts
 from specrun.engine.llama import Context, Model
 from specrun.engine.loop import GenerationSettings
 from specrun.engine.sampling import SamplingParams
@@ -98,7 +99,7 @@ def test_kv_caches_match_a_fresh_context_after_partial_and_full_acceptance(draft
     assert seen == {"full", "partial"}
 
 
-def test_stop_string_and_eog_end_generation(draft_pair):
+def test_stop_string_ends_generation(draft_pair):
     tokens, text, stats, _ = run(draft_pair, "abc", use_draft=True, max_tokens=60)
     stop = text[5:8]
     _, cut_text, cut_stats, _ = run(draft_pair, "abc", use_draft=True, max_tokens=60, stop=(stop,))
@@ -117,12 +118,24 @@ def test_context_full_stops_with_reason(tiny_target, tiny_draft):
 
 
 def first_two_distribution(pair: Pair, prompt: list[int], sampling: SamplingParams) -> dict:
-    """Exact joint distribution of the first two tokens under the target alone."""
+    """Exact joint distribution of the first two tokens under the target alone.
+
+    A verification batch computes logits with other kernels than a single decode; where the k-th
+    and (k+1)-th logits are nearly tied, top-k keeps a different set and no sampler could match.
+    The prompt must not sit on such a tie, which is checked here rather than left to fail."""
     model = pair.target_model
-    p1 = sampling.probs(fresh_logits(model, prompt))
+
+    def probs(tokens: list[int]) -> np.ndarray:
+        logits = fresh_logits(model, tokens)
+        if sampling.top_k:
+            ranked = np.sort(logits)[::-1]
+            assert ranked[sampling.top_k - 1] - ranked[sampling.top_k] > 0.1, "the prompt sits on a top-k near-tie"
+        return sampling.probs(logits)
+
+    p1 = probs(prompt)
     joint = {}
     for t1 in np.nonzero(p1)[0]:
-        p2 = sampling.probs(fresh_logits(model, prompt + [int(t1)]))
+        p2 = probs(prompt + [int(t1)])
         for t2 in np.nonzero(p2)[0]:
             joint[(int(t1), int(t2))] = p1[t1] * p2[t2]
     return joint
@@ -169,15 +182,27 @@ def test_sampled_first_two_tokens_follow_the_target_distribution(close_pair, use
     assert chi2 < 26.12, (chi2, counts, exact)
 
 
+GPU_LIKE = DecodeCosts({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, 0.001)  # a batch costs about one token
+
+
+@pytest.fixture
+def gpu_like(draft_pair):
+    """Costs as on a GPU, where a verify batch costs about one token, so auto drafts (as the tiny
+    models on a CPU might not); the controller then learns from the steps it times."""
+    saved = draft_pair._costs, draft_pair._auto
+    draft_pair._costs, draft_pair._auto = GPU_LIKE, None
+    yield draft_pair
+    draft_pair._costs, draft_pair._auto = saved
+
+
 @pytest.mark.parametrize("mode", ["draft", "ngram", "hybrid", "auto"])
-def test_every_mode_is_lossless_at_temperature_zero(draft_pair, mode):
+def test_every_mode_is_lossless_at_temperature_zero(gpu_like, mode):
     prompt = "one two three one two three one two three"
-    plain, _, _, _ = run(draft_pair, prompt, use_draft=False, max_tokens=60)
-    spec, _, stats, steps = run(draft_pair, prompt, use_draft=True, mode=mode, max_tokens=60, draft_max=6)
+    plain, _, _, _ = run(gpu_like, prompt, use_draft=False, max_tokens=60)
+    spec, _, stats, steps = run(gpu_like, prompt, use_draft=True, mode=mode, max_tokens=60, draft_max=6)
     assert spec == plain
     assert stats.steps == len(steps) - 1
-    if mode != "auto":
-        assert stats.drafted > 0
+    assert stats.drafted > 0 and max(s.drafted for s in steps) <= 6
 
 
 def test_auto_reports_its_choices(draft_pair):
@@ -200,11 +225,14 @@ def test_ngram_mode_needs_no_draft_model(tiny_target):
         pair.close()
 
 
-def test_draft_p_min_stops_unsure_drafts(draft_pair):
-    _, _, loose, _ = run(draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6)
-    _, _, strict, _ = run(draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6, draft_p_min=0.99, draft_min=1)
+def test_draft_p_min_stops_unsure_drafts_but_never_below_draft_min(draft_pair):
+    _, _, loose, loose_steps = run(draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6)
+    _, _, strict, strict_steps = run(draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6, draft_p_min=0.99)
+    _, _, floor, floor_steps = run(draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6, draft_p_min=0.99, draft_min=2)
     assert strict.drafted < loose.drafted
-    assert all(n >= 1 for n in strict.drafted_by_position[:1])
+    assert any(s.drafted < 2 for s in strict_steps[1:])  # p_min alone cuts drafts short
+    # draft_min: every step with room for two draft tokens drafts at least two.
+    assert all(s.drafted >= 2 for s in floor_steps[1:-1]) and floor.drafted > strict.drafted
 
 
 def test_auto_estimates_carry_over_between_generations(draft_pair):
@@ -215,3 +243,126 @@ def test_auto_estimates_carry_over_between_generations(draft_pair):
     assert second.policy.controller is first.policy.controller
     list(second.run(draft_pair.prompt_tokens("over", chat=False)))
     assert second.policy.controller.steps > steps_after_first > 0
+
+
+@pytest.mark.parametrize("mode", ["ngram", "hybrid", "auto"])
+def test_sampled_first_two_tokens_follow_the_target_distribution_in_every_mode(close_pair, mode):
+    """The chi-square test above, for the drafters other than the draft model: prompt lookup's
+    proposals are deterministic (q a point mass), hybrid mixes both, and auto picks per step. The
+    prompt holds every printable character, so the first token is usually found in it and the
+    lookup drafts the token that followed it."""
+    sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
+    text = "".join(chr(c) for c in range(33, 127))
+    prompt = close_pair.prompt_tokens(text, chat=False)
+    exact = first_two_distribution(close_pair, prompt, sampling)
+    saved = close_pair._costs, close_pair._auto
+    close_pair._costs, close_pair._auto = GPU_LIKE, None
+    try:
+        runs = 1500
+        counts = dict.fromkeys(exact, 0)
+        drafted = 0
+        for seed in range(runs):
+            close_pair._auto = None  # auto starts afresh from GPU-like costs: it drafts, then learns
+            loop = close_pair.loop(settings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2), mode=mode)
+            tokens = [t for s in loop.run(prompt) for t in s.tokens]
+            counts[(tokens[0], tokens[1])] += 1
+            drafted += loop.stats.drafted
+    finally:
+        close_pair._costs, close_pair._auto = saved
+    assert drafted > runs // 10  # the drafter really proposed, in many runs
+    chi2 = sum((counts[c] - runs * p) ** 2 / (runs * p) for c, p in exact.items())
+    assert chi2 < 26.12, (chi2, counts, exact)
+
+
+@pytest.fixture(scope="module")
+def eos_pair(tiny_dir):
+    """Target and draft whose `<|endoftext|>` comes where a known token would (conftest.family_pair):
+    greedy answers end with it after a few tokens."""
+    from conftest import FAMILY_PROMPT, family_pair
+
+    found = family_pair(tiny_dir, "gpt2", "<|endoftext|>")
+    pair = Pair(PairConfig(found.target, found.draft, ctx_size=512, threads=1))
+    pair._costs = GPU_LIKE
+    yield pair, FAMILY_PROMPT
+    pair.close()
+
+
+@pytest.mark.parametrize("mode", ["off", "draft", "ngram", "hybrid", "auto"])
+def test_generation_stops_at_the_end_of_generation_token(eos_pair, mode):
+    pair, prompt = eos_pair
+    eos = pair.target_model.tokenize("<|endoftext|>", add_special=False, parse_special=True)[0]
+    full, _, _, _ = run(pair, prompt, use_draft=True, mode="off", max_tokens=40)  # ignore_eos: runs past it
+    end = full.index(eos)
+    loop = pair.loop(settings(max_tokens=40, ignore_eos=False, draft_max=6), mode=mode)
+    steps = list(loop.run(pair.prompt_tokens(prompt, chat=False)))
+    tokens = [t for s in steps for t in s.tokens]
+    assert loop.stats.stop_reason == "eog" and steps[-1].finished == "eog"
+    assert tokens == full[: end + 1]  # everything up to and including the end token, nothing after
+    assert "<|endoftext|>" not in "".join(s.text for s in steps)  # the control token prints nothing
+
+
+def test_an_empty_prompt_is_refused_and_leaves_the_caches_as_they_were(draft_pair):
+    from specrun.errors import InputError
+
+    before, _, _, _ = run(draft_pair, "steady", use_draft=True, max_tokens=20)
+    cached = list(draft_pair.target_ctx.tokens)
+    loop = draft_pair.loop(settings(max_tokens=5), mode="draft")
+    with pytest.raises(InputError, match="empty"):
+        list(loop.run([]))
+    assert draft_pair.target_ctx.tokens == cached
+    after, _, _, _ = run(draft_pair, "steady", use_draft=True, max_tokens=20)
+    assert after == before
+
+
+def test_the_cache_cannot_be_trimmed_below_zero_or_lose_step_with_its_mirror(tiny_target):
+    model = Model(tiny_target)
+    ctx = Context(model, n_ctx=128, n_threads=1)
+    try:
+        ctx.decode([1, 2, 3], "none")
+        with pytest.raises(ValueError):
+            ctx.trim(-1)
+        assert ctx.tokens == [1, 2, 3]
+        with pytest.raises(Exception, match="llama_decode failed"):
+            ctx.decode([4, model.n_vocab + 5], "last")  # an id the model lacks: llama.cpp refuses the batch
+        assert ctx.tokens == [1, 2, 3]
+        assert np.allclose(ctx.decode([4], "last"), fresh_logits(model, [1, 2, 3, 4]), atol=2e-2)
+        ctx.clear()
+        assert ctx.tokens == []
+        assert np.allclose(ctx.decode([1, 2, 3, 4], "last"), fresh_logits(model, [1, 2, 3, 4]), atol=2e-2)
+    finally:
+        ctx.close()
+        model.close()
+
+
+def test_all_logits_span_several_batches(tiny_target):
+    model = Model(tiny_target)
+    ctx = Context(model, n_ctx=256, n_threads=1, n_batch=32)
+    try:
+        tokens = [(7 * i) % 250 + 1 for i in range(80)]
+        rows = ctx.decode(tokens, "all")
+        assert rows.shape == (80, model.n_vocab) and ctx.tokens == tokens
+        # Chunked or not, each row is that position's logits (to f16 KV-cache rounding).
+        assert np.allclose(rows[-1], fresh_logits(model, tokens), atol=5e-2)
+        assert np.allclose(rows[40], fresh_logits(model, tokens[:41]), atol=5e-2)
+        assert not np.allclose(rows[40], rows[41], atol=0.5)
+    finally:
+        ctx.close()
+        model.close()
+
+
+@pytest.mark.parametrize("cap", [2, 5])
+def test_draft_max_caps_auto_like_every_other_mode(gpu_like, cap):
+    prompt = "abc abc abc abc abc abc abc abc abc abc"
+    _, _, stats, steps = run(gpu_like, prompt, use_draft=True, mode="auto", max_tokens=60, draft_max=cap)
+    assert stats.drafted > 0 and max(s.drafted for s in steps) <= cap
+    assert gpu_like._auto[1].k_max == cap
+    assert stats.policy["drafters"]["ngram"]["acceptance_by_position"].__len__() == cap
+
+
+def test_auto_caps_at_its_own_default_without_draft_max(gpu_like):
+    from specrun import defaults
+
+    loop = gpu_like.loop(GenerationSettings(max_tokens=10, sampling=GREEDY, seed=1), mode="auto")
+    assert loop.policy.controller.k_max == defaults.AUTO_K_MAX
+    fixed = gpu_like.loop(GenerationSettings(max_tokens=10, sampling=GREEDY, seed=1), mode="draft")
+    assert fixed.policy.k == defaults.DRAFT_MAX

@@ -60,7 +60,10 @@ def has_amx() -> bool:
 
 
 def supports_gpu_offload() -> bool:
-    return bool(_llama().llama_supports_gpu_offload())
+    """A GPU is present to offload layers to (llama.cpp's own check also says yes for RPC builds)."""
+    from .devices import has_gpu
+
+    return has_gpu()
 
 
 AMX_WARNING = (
@@ -200,7 +203,8 @@ class Context:
     def decode(self, tokens: Sequence[int], logits: str = "last") -> np.ndarray | None:
         """Append tokens to the cache; return logits rows ("last": shape (n_vocab,), "all": (n, n_vocab), "none").
 
-        Long inputs are split into n_batch chunks; only the final chunk asks for logits.
+        Long inputs are split into n_batch chunks; with "last" only the final chunk asks for logits,
+        with "all" every chunk does and the rows are joined.
         """
         if not tokens:
             raise ValueError("decode needs at least one token")
@@ -209,17 +213,17 @@ class Context:
                 f"{len(self.tokens) + len(tokens)} tokens do not fit in the context of {self.n_ctx}",
                 "raise --ctx-size or shorten the prompt",
             )
-        if logits == "all" and len(tokens) > self.n_batch:
-            raise ValueError("logits for every position need the tokens in one batch")
-        result = None
+        rows: list[np.ndarray] = []
         for start in range(0, len(tokens), self.n_batch):
             chunk = tokens[start : start + self.n_batch]
             final = start + self.n_batch >= len(tokens)
-            mode = logits if final else "none"
+            mode = logits if final or logits == "all" else "none"
             self._decode_chunk(chunk, mode)
-            if final and mode != "none":
-                result = self._logits(len(chunk) if mode == "all" else 1)
-        return result if logits != "last" else result[0]
+            if mode != "none":
+                rows.append(self._logits(len(chunk) if mode == "all" else 1))
+        if logits == "none":
+            return None
+        return rows[0][0] if logits == "last" else np.concatenate(rows)
 
     def _decode_chunk(self, chunk: Sequence[int], mode: str) -> None:
         lib = _llama()
@@ -237,6 +241,9 @@ class Context:
         status = lib.llama_decode(self.ptr, batch)
         self.decode_seconds += time.perf_counter() - start
         if status != 0:
+            # An aborted decode can leave some of the batch in the cache: drop it, so the cache
+            # holds exactly what `tokens` says.
+            lib.llama_memory_seq_rm(self.memory, 0, base, -1)
             raise SpecrunError(f"llama_decode failed with status {status}", "raise --ctx-size; SPECRUN_DEBUG=1 shows details")
         self.tokens.extend(chunk)
 
@@ -247,11 +254,19 @@ class Context:
 
     def trim(self, n_keep: int) -> None:
         """Drop every cached position from n_keep on (rejected draft tokens, diverged history)."""
+        if n_keep < 0:
+            raise ValueError(f"cannot keep {n_keep} cached tokens")
         if n_keep >= len(self.tokens):
             return
         if not _llama().llama_memory_seq_rm(self.memory, 0, n_keep, -1):
             raise SpecrunError("llama.cpp could not trim its KV cache", "this model's cache type cannot rewind; use --draft none")
         del self.tokens[n_keep:]
+
+    def clear(self) -> None:
+        """Empty the cache and its mirror at once (after a decode was torn down halfway, when the
+        cache may hold positions the mirror does not know of)."""
+        _llama().llama_memory_clear(self.memory, True)
+        self.tokens.clear()
 
     def common_prefix(self, history: Sequence[int]) -> int:
         """Length of the longest prefix shared by the cache and `history`."""

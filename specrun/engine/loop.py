@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from .. import defaults
-from ..errors import ContextOverflowError
+from ..errors import ContextOverflowError, InputError
 from .drafters import Draft
 from .llama import Context
 from .policy import AutoPolicy, FixedPolicy, Plan
@@ -30,13 +30,20 @@ class GenerationSettings:
     max_tokens: int = defaults.MAX_TOKENS
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = None
-    draft_max: int = defaults.DRAFT_MAX
+    draft_max: int | None = None  # most draft tokens per step; None: the mode's default (draft_cap)
     draft_min: int = defaults.DRAFT_MIN
     draft_p_min: float = defaults.DRAFT_P_MIN
     ngram_min: int = defaults.NGRAM_MIN
     ngram_max: int = defaults.NGRAM_MAX
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+
+    def draft_cap(self, mode: str) -> int:
+        """The most draft tokens one step may verify in `mode`: `draft_max` when set, else
+        defaults.AUTO_K_MAX under auto (which picks K itself) and defaults.DRAFT_MAX otherwise."""
+        if self.draft_max is not None:
+            return self.draft_max
+        return defaults.AUTO_K_MAX if mode == "auto" else defaults.DRAFT_MAX
 
 
 @dataclass
@@ -81,6 +88,8 @@ class SpeculativeLoop:
 
     def _prefill(self, prompt: Sequence[int]) -> np.ndarray:
         """Feed the prompt, reusing any cached common prefix; logits only for the last position."""
+        if not prompt:
+            raise InputError("the prompt is empty", "give at least one token of prompt text")
         if len(prompt) >= self.target.n_ctx:
             raise ContextOverflowError(
                 f"the prompt is {len(prompt)} tokens but the context holds {self.target.n_ctx}",

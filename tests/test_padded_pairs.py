@@ -1,0 +1,108 @@
+"""Pairs whose vocabularies differ in size, as Qwen2.5 7B–32B targets (152064 tokens) against the
+0.5B draft (151936) do: the draft never proposes an id the target lacks, is never fed an id it
+lacks, and every mode stays exactly the target's output, greedy or sampled, both ways round."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from cli_helpers import specrun
+from test_engine import GPU_LIKE, first_two_distribution, run
+from test_engine import settings as greedy_settings
+
+from specrun.engine.sampling import SamplingParams
+from specrun.pair import Pair, PairConfig
+
+SMALL_VOCAB = 267  # the unpadded tiny vocabulary; the padded one has 100 more ids
+
+
+@pytest.fixture(scope="module", params=["target-larger", "draft-larger"])
+def padded_pair(request, padded_large, padded_small):
+    target, draft = (padded_large, padded_small) if request.param == "target-larger" else (padded_small, padded_large)
+    pair = Pair(PairConfig(target, draft, ctx_size=512, threads=1))
+    pair._costs = GPU_LIKE  # a batch costs about one token, so auto drafts here
+    yield pair
+    pair.close()
+
+
+@pytest.mark.parametrize("direction", [("padded_large", "padded_small"), ("padded_small", "padded_large")],
+                         ids=["target-larger", "draft-larger"])
+@pytest.mark.parametrize("mode", ["draft", "ngram", "hybrid", "auto"])
+def test_cli_runs_every_mode_at_both_temperatures_and_greedy_equals_plain(request, direction, mode):
+    target, draft = (request.getfixturevalue(name) for name in direction)
+    common = ["run", "--raw", "--target", target, "-n", "32", "--ignore-eos", "--json", "hello there"]
+    plain = specrun(*common, "--draft", "none", "--temp", "0")
+    assert plain.returncode == 0, plain.stderr
+    for temperature in ("0", "0.8"):
+        result = specrun(*common, "--draft", draft, "--spec", mode, "--temp", temperature, "--seed", "5")
+        assert result.returncode == 0, (mode, temperature, result.stderr)
+        doc = json.loads(result.stdout)
+        assert doc["stats"]["generated_tokens"] == 32
+        if temperature == "0":
+            assert doc["text"] == json.loads(plain.stdout)["text"]
+
+
+@pytest.mark.parametrize("mode", ["draft", "ngram", "hybrid", "auto"])
+def test_greedy_speculation_equals_plain_and_really_drafts(padded_pair, mode):
+    prompt = "one two three one two three one two three"
+    plain, _, _, _ = run(padded_pair, prompt, use_draft=False, max_tokens=80)
+    spec, _, stats, _ = run(padded_pair, prompt, use_draft=True, mode=mode, max_tokens=80, draft_max=6)
+    assert spec == plain and stats.drafted > 0
+    if padded_pair.target_model.n_vocab > SMALL_VOCAB:
+        assert any(t >= SMALL_VOCAB for t in plain)  # the target did produce ids the draft lacks
+
+
+def test_draft_proposals_stay_in_the_target_vocabulary_and_the_draft_reads_only_its_own(padded_pair):
+    target_size = padded_pair.target_model.n_vocab
+    draft_size = padded_pair.draft_model.n_vocab
+    loop = padded_pair.loop(greedy_settings(max_tokens=60, sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+                                            seed=3), mode="draft")
+    proposals = []
+    drafter = loop.policy.drafter
+    original = drafter.propose
+
+    def spy(history, k):
+        draft = original(history, k)
+        proposals.append(draft)
+        return draft
+
+    drafter.propose = spy
+    tokens = [t for step in loop.run(padded_pair.prompt_tokens("pad", chat=False)) for t in step.tokens]
+    assert proposals and all(t < target_size for d in proposals for t in d.tokens)
+    assert all(q.shape == (target_size,) for d in proposals for q in d.probs)  # q lives on the target's vocabulary
+    assert all(q[draft_size:].sum() == 0 for d in proposals for q in d.probs)
+    assert all(t < draft_size for t in padded_pair.draft_ctx.tokens)
+    assert all(t < target_size for t in tokens)
+
+
+def test_sampled_output_follows_the_target_distribution(padded_pair):
+    """Chi-square goodness of fit of the first two tokens against the target alone (see
+    test_engine.test_sampled_first_two_tokens_follow_the_target_distribution)."""
+    sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
+    prompt = padded_pair.prompt_tokens("sampling", chat=False)
+    exact = first_two_distribution(padded_pair, prompt, sampling)
+    runs = 1500
+    counts = dict.fromkeys(exact, 0)
+    drafted = 0
+    for seed in range(runs):
+        loop = padded_pair.loop(greedy_settings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2), mode="draft")
+        tokens = [t for s in loop.run(prompt) for t in s.tokens]
+        counts[(tokens[0], tokens[1])] += 1
+        drafted += loop.stats.drafted
+    assert drafted > 0
+    chi2 = sum((counts[c] - runs * p) ** 2 / (runs * p) for c, p in exact.items())
+    assert chi2 < 26.12, (chi2, counts, exact)  # 99.9% quantile at 8 degrees of freedom
+
+
+def test_the_padded_target_puts_mass_on_ids_the_draft_lacks(padded_large):
+    """The fixture is what the tests above rely on: real probability on the padding ids."""
+    pair = Pair(PairConfig(padded_large, None, ctx_size=256, threads=1))
+    try:
+        logits = pair.target_ctx.decode(pair.prompt_tokens("pad", chat=False), "last")
+        probs = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0).probs(logits)
+        assert probs[SMALL_VOCAB:].sum() > 0.05
+        assert np.isclose(probs.sum(), 1.0)
+    finally:
+        pair.close()

@@ -22,7 +22,9 @@ import numpy as np
 
 from . import costmodel, defaults
 from .bench_prompts import BenchPrompt
+from .engine import identity
 from .engine.costs import measure as measure_costs
+from .engine.identity import IdentityCheck, check_rows, rank, tolerance_from_noise
 from .engine.loop import GenerationSettings
 from .engine.sampling import SamplingParams
 from .engine.stats import Stats
@@ -30,8 +32,6 @@ from .errors import InputError
 
 WARMUP_TOKENS = 16  # tokens per warm-up run: enough to touch every weight and code path
 CALIBRATION_REPS = 3
-NEAR_TIE_LOGITS = 0.1  # a temperature-0 flip between the top two tokens within this is arithmetic, not a bug
-NOISE_TAIL = 8  # tokens whose logits are computed alone and in one batch to measure the arithmetic's noise
 
 
 @dataclass(frozen=True)
@@ -60,20 +60,29 @@ class Config:
                 "temperature": self.temperature}
 
 
-def configurations(modes: Sequence[str], draft_maxes: Sequence[int], temperatures: Sequence[float]) -> list[Config]:
+def configurations(modes: Sequence[str], draft_maxes: Sequence[int] | None, temperatures: Sequence[float],
+                   recommended_k: int | None = None) -> list[Config]:
     """Plain decoding plus every (mode, K) per temperature. Plain is always included: every speedup
-    is measured against plain decoding from the same run."""
+    is measured against plain decoding from the same run. K is the most draft tokens per step in
+    every mode; without `draft_maxes` each mode gets its default (defaults.draft_max_for: the
+    pair's recommended K in the fixed modes, auto's own cap under auto)."""
     if not temperatures:
         raise InputError("no temperature given", "pass --temperature 0 (or a list such as 0,0.8)")
     if any(t < 0 for t in temperatures):
         raise InputError("temperatures must be 0 or more", "pass --temperature 0,0.8")
     spec_modes = [m for m in dict.fromkeys(modes) if m != "off"]
-    if spec_modes and (not draft_maxes or any(k < 1 for k in draft_maxes)):
+    if spec_modes and draft_maxes is not None and (not draft_maxes or any(k < 1 for k in draft_maxes)):
         raise InputError("--draft-max values must be 1 or more", "K = 0 is plain decoding; use --spec off for it")
+
+    def ks(mode: str) -> list[int]:
+        if draft_maxes is not None:
+            return list(dict.fromkeys(draft_maxes))
+        return [defaults.draft_max_for(mode, None, recommended_k) or defaults.AUTO_K_MAX]
+
     out: list[Config] = []
     for t in dict.fromkeys(temperatures):
         out.append(Config("off", 0, t))
-        out.extend(Config(m, k, t) for m in spec_modes for k in dict.fromkeys(draft_maxes))
+        out.extend(Config(m, k, t) for m in spec_modes for k in ks(m))
     return out
 
 
@@ -132,6 +141,7 @@ class RunRecord:
     text: str
     stats: Stats
     steps: list[StepSample] = field(default_factory=list)
+    identity: IdentityCheck | None = None  # temperature 0: every token against the target's own logits
 
 
 @dataclass(frozen=True)
@@ -166,7 +176,7 @@ class Check:
     position: int | None  # first differing token; None: identical
     plain_token: int | None = None
     spec_token: int | None = None
-    detail: dict | None = None  # the target's top-2 logits at `position` (see `margin`)
+    detail: dict | None = None  # both tokens ranked by the target's logits at `position` (see `divergence_detail`)
     plain_record: int = -1  # index of the plain run compared with
 
 
@@ -184,7 +194,7 @@ class Engine(Protocol):
 
     def calibrate(self, tokens: list[int], batch_sizes: Sequence[int], reps: int) -> Calibration: ...
 
-    def next_logits(self, tokens: list[int]) -> np.ndarray: ...
+    def output_rows(self, prompt: list[int], output: list[int]) -> np.ndarray: ...
 
     def logit_noise(self, tokens: list[int]) -> float: ...
 
@@ -225,23 +235,14 @@ def first_divergence(expected: Sequence[int], actual: Sequence[int]) -> int | No
     return None if len(expected) == len(actual) else min(len(expected), len(actual))
 
 
-def margin(logits: np.ndarray, plain_token: int | None, spec_token: int | None, tolerance: float = NEAR_TIE_LOGITS) -> dict:
-    """The target's view at a divergence: its top two tokens, their logit gap, and whether the two
-    outputs chose exactly those two within `tolerance` (a flip batching can cause)."""
-    top = np.argpartition(logits, -2)[-2:]
-    top = top[np.argsort(-logits[top])]
-    first, second = int(top[0]), int(top[1])
-    gap = float(logits[first] - logits[second])
-    chosen = {t for t in (plain_token, spec_token) if t is not None}
-    return {
-        "top1_token": first,
-        "top1_logit": round(float(logits[first]), 4),
-        "top2_token": second,
-        "top2_logit": round(float(logits[second]), 4),
-        "margin": round(gap, 4),
-        "near_tie": len(chosen) == 2 and chosen == {first, second} and gap <= tolerance,
-        "tolerance": round(tolerance, 4),
-    }
+def divergence_detail(row: np.ndarray | None, plain_token: int | None, spec_token: int | None, tolerance: float) -> dict:
+    """Both tokens at a divergence, ranked by the target's logits there (the prefix is shared, so
+    one row serves both); a near-tie when each is within `tolerance` of the argmax."""
+    ranked = {name: (rank(row, token) if row is not None and token is not None else None)
+              for name, token in (("plain", plain_token), ("spec", spec_token))}
+    near = all(c is not None and c.gap <= tolerance for c in ranked.values())
+    return {**{name: (c.to_dict() if c else None) for name, c in ranked.items()}, "near_tie": near,
+            "tolerance": round(tolerance, 4)}
 
 
 def compare(records: Sequence[RunRecord], configs: Sequence[Config]) -> list[Check]:
@@ -262,34 +263,44 @@ def compare(records: Sequence[RunRecord], configs: Sequence[Config]) -> list[Che
     return checks
 
 
-def explain(checks: Sequence[Check], records: Sequence[RunRecord], prompt_tokens: Sequence[list[int]], engine: Engine) -> None:
-    """Attach the target's top-2 margin to each divergence, decoding the plain prefix once per place.
+def verify_identity(checks: Sequence[Check], records: Sequence[RunRecord], configs: Sequence[Config],
+                    prompt_tokens: Sequence[list[int]], engine: Engine) -> None:
+    """Check every temperature-0 run, plain decoding included, token by token against the target's
+    own logits from one batched pass over prompt + output (engine.identity), and rank both tokens
+    at each divergence from plain decoding. Identical outputs are checked once.
 
-    A flip counts as a near-tie when the gap is within twice the measured arithmetic noise (each of
-    the two logits may move by it), and never less than NEAR_TIE_LOGITS: the noise is how far one
-    token's logits move between a pass of its own and a verification batch, on this machine."""
-    cache: dict[tuple[int, int], np.ndarray] = {}
-    tolerance = None
+    The tolerance is twice the measured arithmetic noise (how far a token's logits move between a
+    pass of its own and a batch, on this machine), at least identity.NEAR_TIE_LOGITS."""
+    zero = [i for i, r in enumerate(records) if configs[r.config].temperature == 0]
+    if not zero:
+        return
+    tolerance = tolerance_from_noise(engine.logit_noise(list(prompt_tokens[records[zero[0]].prompt])))
+    outputs: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    for i in sorted(zero, key=lambda i: records[i].prompt):  # one prompt's outputs share its prefill
+        outputs.setdefault((records[i].prompt, tuple(records[i].tokens)), []).append(i)
+    diverged: dict[int, list[Check]] = {}
     for check in checks:
-        if check.position is None:
-            continue
-        if tolerance is None:
-            tolerance = max(NEAR_TIE_LOGITS, 2.0 * engine.logit_noise(list(prompt_tokens[check.prompt])))
-        key = (check.prompt, check.position)
-        if key not in cache:
-            prefix = records[check.plain_record].tokens[: check.position]
-            cache[key] = engine.next_logits(list(prompt_tokens[check.prompt]) + prefix)
-        check.detail = margin(cache[key], check.plain_token, check.spec_token, tolerance)
+        if check.position is not None:
+            diverged.setdefault(check.plain_record, []).append(check)
+    for (p, output), indices in outputs.items():
+        rows = engine.output_rows(list(prompt_tokens[p]), list(output))
+        result = check_rows(rows, output, tolerance)
+        for i in indices:
+            records[i].identity = result
+            for check in diverged.pop(i, []):
+                row = rows[check.position] if check.position < len(rows) else None
+                check.detail = divergence_detail(row, check.plain_token, check.spec_token, tolerance)
 
 
 def calibration_sizes(configs: Sequence[Config]) -> list[int]:
-    """Target batch sizes to time: 1 (plain) through K + 1 (a full verification) for every K swept.
-    `auto` may verify up to its own cap, so it adds a sparse ladder up there (interpolated between)."""
-    k_max = max((c.draft_max for c in configs if not c.plain), default=0)
-    sizes = set(range(1, k_max + 2))
-    if any(c.mode == "auto" for c in configs):
-        cap = max(k_max, getattr(defaults, "AUTO_K_MAX", k_max)) + 1
-        size = 2
+    """Target batch sizes to time: 1 (plain) through K + 1 (a full verification) for every fixed K
+    swept. `auto` may verify anything up to its cap, so it adds small sizes and a sparse ladder up
+    to the cap (interpolated between)."""
+    fixed = max((c.draft_max for c in configs if not c.plain and c.mode != "auto"), default=0)
+    sizes = set(range(1, fixed + 2))
+    for cap in {c.draft_max + 1 for c in configs if c.mode == "auto"}:
+        sizes.update(range(1, min(cap, 5) + 1))
+        size = 4
         while size < cap:
             sizes.add(size + 1)
             size *= 2
@@ -328,7 +339,7 @@ def run_bench(engine: Engine, prompts: Sequence[BenchPrompt], configs: Sequence[
     cpu_s, measure_s = _cpu_seconds() - cpu_start, time.perf_counter() - measure_start
     progress("check", done, total, "comparing outputs")
     checks = compare(records, configs)
-    explain(checks, records, tokens, engine)
+    verify_identity(checks, records, configs, tokens, engine)
     progress("done", total, total, "")
     return BenchResult(list(prompts), list(configs), settings, [len(t) for t in tokens], records, calibration, checks,
                        time.perf_counter() - started, measure_s, cpu_s, getattr(engine, "threads", 1))
@@ -404,30 +415,17 @@ class PairEngine:
         costs = measure_costs(self.pair.target_ctx, self.pair.draft_ctx, tokens, batch_sizes, reps)
         return Calibration(len(tokens), costs.verify_s.get(1, 0.0), costs.verify_s, costs.draft_token_s)
 
-    def next_logits(self, tokens: list[int]) -> np.ndarray:
-        """The target's next-token logits after `tokens`, from a fresh prefill."""
-        self._reset()
-        try:
-            return self.pair.target_ctx.decode(tokens, "last")
-        finally:
-            self._reset()
+    def output_rows(self, prompt: list[int], output: list[int]) -> np.ndarray:
+        """The target's logits at every output position, from one batched pass (engine.identity);
+        the prompt's prefill is kept for the next output of the same prompt."""
+        if self.pair.draft_ctx is not None:
+            self.pair.draft_ctx.trim(0)
+        return identity.output_rows(self.pair.target_ctx, prompt, output)
 
     def logit_noise(self, tokens: list[int]) -> float:
-        """Largest change of a top-5 logit between a token decoded alone and inside a batch."""
-        ctx = self.pair.target_ctx
-        tail = tokens[-NOISE_TAIL:] if len(tokens) > NOISE_TAIL else tokens[1:]
+        """How far batching moves the target's top logits here (engine.identity.logit_noise)."""
         self._reset()
-        try:
-            ctx.decode(tokens[: len(tokens) - len(tail)], "none")
-            base = len(ctx.tokens)
-            alone = np.stack([ctx.decode([t], "last") for t in tail])
-            ctx.trim(base)
-            batched = ctx.decode(tail, "all")
-        finally:
-            self._reset()
-        top = np.argpartition(alone, -5, axis=1)[:, -5:]
-        rows = np.arange(len(tail))[:, None]
-        return float(np.max(np.abs(alone[rows, top] - batched[rows, top])))
+        return identity.logit_noise(self.pair.target_ctx, tokens)
 
     def piece(self, token: int) -> str:
         return self.pair.target_model.piece(token).decode("utf-8", "replace")

@@ -85,10 +85,15 @@ def summary_lines(doc: dict) -> list[str]:
         draft = f" · draft {1000 * cal['draft_token_s']:.1f} ms/token" if cal.get("draft_token_s") is not None else ""
         lines.append(f"costs at {cal['context_tokens']} tokens of context: target pass by batch size (ms) {verify}{draft}")
     check = doc["correctness"]
+    if check.get("runs_judged"):
+        lines.append(
+            f"temperature 0: {check['positions_checked']} tokens of {check['runs_judged']} runs checked against the target's own "
+            f"logits: {check['violations']} violations, {check['ties']} near-ties (within {check['tolerance']:.2f} logits of the top)"
+        )
     if check["checked"]:
         verdict = f"temperature 0: {check['identical']}/{check['checked']} speculative runs identical to plain decoding"
         if check["diverged"]:
-            verdict += f"; {check['diverged']} diverged ({check['near_ties']} at near-ties, {check['unexplained']} unexplained)"
+            verdict += f"; {check['diverged']} diverged, {check['near_ties']} of them at near-ties"
         lines.append(verdict)
     lines += [f"warning: {w}" for w in doc.get("warnings", [])]
     env = doc["environment"]
@@ -96,6 +101,10 @@ def summary_lines(doc: dict) -> list[str]:
     names = models["target"]["name"] + (f" + {models['draft']['name']}" if models.get("draft") else "")
     lines.append(f"{names} · {env['threads']} threads · {env['gpu_layers']} GPU layers · wall {doc['wall_time_s']:.1f} s")
     return lines
+
+
+def _ranked(candidate: dict | None) -> str:
+    return "—" if not candidate else f"rank {candidate['rank']}, {candidate['gap']:.3f} below the top"
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
@@ -130,8 +139,13 @@ def markdown_text(doc: dict) -> str:
     for d in doc["correctness"]["divergences"]:
         parts.append(
             f"- {d['prompt_id']} · {d['config']} · run {d['run']}: token {d['position']} — plain {d['plain_token']!r} "
-            f"vs speculative {d['spec_token']!r}, top-2 margin {d.get('margin')} logits"
+            f"({_ranked(d.get('plain'))}) vs speculative {d['spec_token']!r} ({_ranked(d.get('spec'))})"
             + (" (near-tie)" if d.get("near_tie") else "")
+        )
+    for f in doc["correctness"].get("findings", []):
+        parts.append(
+            f"- {f['kind']}: {f['prompt_id']} · {f['config']} · run {f['run']}: token {f['position']} is "
+            f"{f['chosen']['token']!r} ({_ranked(f['chosen'])}), the target's top is {f['top']['token']!r}"
         )
     models = env["models"]
     parts += ["", "## Environment", ""]

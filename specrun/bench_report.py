@@ -40,7 +40,7 @@ ROW_FIELDS = (
     "acceptance_rate", "alpha", "mean_tokens_per_step", "expected_tokens_per_step",
     "acceptance_by_position", "drafted", "accepted", "steps", "draft_time_s", "verify_time_s",
     "predicted_speedup", "efficiency",
-    "identical", "diverged_prompts", "divergence_position",
+    "identical", "diverged_prompts", "divergence_position", "violations",
 )
 
 
@@ -202,11 +202,14 @@ class Aggregator:
     def _correctness(self, keys: Sequence[tuple[int, int]]) -> dict:
         """identical: every temperature-0 run matched plain (None: not checked)."""
         checks = [ch for key in keys for ch in self.checks.get(key, [])]
+        judged = [r.identity for key in keys for r in self.by_key.get(key, []) if r.identity is not None]
+        violations = sum(len(i.violations) for i in judged) if judged else None
         if not checks:
-            return {"identical": None, "diverged_prompts": None, "divergence_position": None}
+            return {"identical": None, "diverged_prompts": None, "divergence_position": None, "violations": violations}
         diverged = {ch.prompt for ch in checks if ch.position is not None}
         positions = [ch.position for ch in checks if ch.position is not None]
-        return {"identical": not diverged, "diverged_prompts": len(diverged), "divergence_position": min(positions, default=None)}
+        return {"identical": not diverged, "diverged_prompts": len(diverged), "divergence_position": min(positions, default=None),
+                "violations": violations}
 
 
 def _per_rep_speedups(runs: Sequence[RunRecord], plain: Sequence[RunRecord]) -> list[float]:
@@ -258,30 +261,45 @@ def rounded(row: dict) -> dict:
 
 
 def correctness(result: BenchResult, pieces=None) -> dict:
-    """The temperature-0 identity check: counts and every divergence with its margin."""
-    checks = result.checks
+    """The temperature-0 checks: every run's tokens against the target's own logits (positions
+    checked, near-ties, violations, each with the rank and gap of the token chosen and of the
+    argmax), and every speculative run against plain decoding (divergences, with both tokens ranked)."""
+    show = pieces or (lambda token: None)
     divergences = []
-    for ch in checks:
+    for ch in result.checks:
         if ch.position is None:
             continue
         prompt = result.prompts[ch.prompt]
         item = {
             "prompt_id": prompt.id, "category": prompt.category, "config": result.configs[ch.config].id, "run": ch.rep + 1,
             "position": ch.position, "plain_token": ch.plain_token, "spec_token": ch.spec_token,
+            "plain_piece": show(ch.plain_token) if ch.plain_token is not None else None,
+            "spec_piece": show(ch.spec_token) if ch.spec_token is not None else None,
         }
-        if pieces is not None:
-            item["plain_piece"] = pieces(ch.plain_token) if ch.plain_token is not None else None
-            item["spec_piece"] = pieces(ch.spec_token) if ch.spec_token is not None else None
-        item.update(ch.detail or {})
+        item.update(ch.detail or {"near_tie": False})
         divergences.append(item)
-    explained = sum(1 for d in divergences if d.get("near_tie"))
+    judged = [r for r in result.records if r.identity is not None]
+    findings = []
+    for record in judged:
+        for kind, found in (("tie", record.identity.ties), ("violation", record.identity.violations)):
+            for f in found:
+                findings.append({
+                    "kind": kind, "prompt_id": result.prompts[record.prompt].id, "config": result.configs[record.config].id,
+                    "run": record.rep + 1, **f.to_dict(),
+                    "chosen_piece": show(f.chosen.token), "top_piece": show(f.top.token),
+                })
     return {
-        "checked": len(checks),
-        "identical": sum(1 for ch in checks if ch.position is None),
+        "checked": len(result.checks),
+        "identical": sum(1 for ch in result.checks if ch.position is None),
         "diverged": len(divergences),
-        "near_ties": explained,
-        "unexplained": len(divergences) - explained,
+        "near_ties": sum(1 for d in divergences if d.get("near_tie")),
         "divergences": divergences,
+        "runs_judged": len(judged),
+        "positions_checked": sum(r.identity.checked for r in judged),
+        "ties": sum(len(r.identity.ties) for r in judged),
+        "violations": sum(len(r.identity.violations) for r in judged),
+        "tolerance": judged[0].identity.tolerance if judged else None,
+        "findings": findings,
     }
 
 

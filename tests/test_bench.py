@@ -25,8 +25,8 @@ from specrun.bench import (
     StepSample,
     compare,
     configurations,
+    divergence_detail,
     first_divergence,
-    margin,
     run_bench,
     schedule,
 )
@@ -37,6 +37,7 @@ from specrun.bench_render import (
     markdown_text,
     plot_png,
     require_matplotlib,
+    summary_lines,
     table_rows,
 )
 from specrun.bench_report import ROW_FIELDS, SCHEMA, document, geomean, spread
@@ -94,15 +95,15 @@ class FakeEngine:
         self.calls.append(("calibrate", len(tokens), tuple(batch_sizes)))
         return Calibration(len(tokens), 0.010, {b: 0.010 * (1 + 0.25 * (b - 1)) for b in batch_sizes}, 0.002)
 
-    def next_logits(self, tokens):
-        self.calls.append(("logits", len(tokens)))
-        logits = np.zeros(self.VOCAB, dtype=np.float32)
-        position = len(tokens) - self.calls_prompt_len
-        logits[10 + position] = 5.0  # plain's token
-        logits[999] = 4.95  # the planted one, a near-tie
-        return logits
-
-    calls_prompt_len = 0
+    def output_rows(self, prompt, output):
+        """Plain's token 10 + i tops row i; the planted 999 is a near-tie (0.05 below) everywhere,
+        and token 500 is far below (a violation if an output ever chose it)."""
+        self.calls.append(("rows", len(prompt), len(output)))
+        rows = np.zeros((len(output), self.VOCAB), dtype=np.float32)
+        for i in range(len(output)):
+            rows[i, 10 + i] = 5.0
+            rows[i, 999] = 4.95
+        return rows
 
     def logit_noise(self, tokens):
         return 0.0
@@ -241,12 +242,14 @@ def test_first_divergence():
     assert first_divergence([1, 2, 3], [1, 2]) == 2  # one ended early
 
 
-def test_margin_reports_top_two_and_near_ties():
-    logits = np.array([0.0, 3.0, 2.95, 1.0])
-    m = margin(logits, 1, 2)
-    assert (m["top1_token"], m["top2_token"], m["margin"], m["near_tie"]) == (1, 2, pytest.approx(0.05), True)
-    assert margin(logits, 1, 3)["near_tie"] is False  # the speculative token is not even second
-    assert margin(np.array([0.0, 3.0, 1.0]), 1, 2)["near_tie"] is False  # a two-logit gap is no tie
+def test_divergence_detail_ranks_both_tokens():
+    logits = np.array([0.0, 3.0, 2.95, 1.0, 2.96])
+    d = divergence_detail(logits, 1, 2, 0.1)
+    assert d["plain"] == {"token": 1, "rank": 1, "gap": 0.0}
+    assert d["spec"] == {"token": 2, "rank": 3, "gap": pytest.approx(0.05)}  # third, behind 4: a three-way tie
+    assert d["near_tie"] is True
+    assert divergence_detail(logits, 1, 3, 0.1)["near_tie"] is False  # two logits below the top
+    assert divergence_detail(None, None, 3, 0.1)["near_tie"] is False  # one output ended: nothing to rank
 
 
 def test_comparator_catches_a_modified_token_list():
@@ -274,9 +277,14 @@ def test_identity_check_reports_a_planted_divergence_with_its_margin():
     first = check["divergences"][0]
     assert first["prompt_id"] == "qa/1" and first["position"] == 3
     assert (first["plain_token"], first["spec_token"]) == (13, 999)
-    assert first["plain_piece"] == "<13>" and first["margin"] == pytest.approx(0.05) and first["near_tie"] is True
-    assert ("logits", 6 + 3) in engine.calls  # the plain prefix decoded once for both runs
-    assert sum(1 for c in engine.calls if c[0] == "logits") == 1
+    assert first["plain_piece"] == "<13>" and first["near_tie"] is True
+    assert first["spec"] == {"token": 999, "rank": 2, "gap": pytest.approx(0.05)} and first["plain"]["rank"] == 1
+    # Every temperature-0 run is judged, plain included; identical outputs only once.
+    assert check["runs_judged"] == 8 and check["positions_checked"] == 8 * 24
+    assert sum(1 for c in engine.calls if c[0] == "rows") == 3  # two plain outputs, one planted
+    assert (check["violations"], check["ties"]) == (0, 2)
+    ties = [f for f in check["findings"] if f["kind"] == "tie"]
+    assert {(f["prompt_id"], f["position"], f["chosen"]["token"], f["chosen"]["rank"]) for f in ties} == {("qa/1", 3, 999, 2)}
     rows = {(r["category"], r["config"]): r for r in doc["categories"]}
     assert rows[("qa", "draft-k2-t0")]["identical"] is False
     assert rows[("qa", "draft-k2-t0")]["divergence_position"] == 3
@@ -441,7 +449,7 @@ LAUNCH = (
 def bench_cli(*args, tmp_path=None) -> subprocess.CompletedProcess:
     env = {**ENV, "XDG_CACHE_HOME": str(tmp_path / "cache")} if tmp_path else ENV
     return subprocess.run([sys.executable, "-c", LAUNCH, "bench", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=180, stdin=subprocess.DEVNULL)
+                          env=env, timeout=600, stdin=subprocess.DEVNULL)
 
 
 @pytest.fixture
@@ -545,22 +553,56 @@ def test_pair_engine_calibrates_and_runs_from_empty_caches(tiny_target, tiny_dra
         assert first[2].prompt_tokens == again[2].prompt_tokens == len(tokens)
         plain = engine.run(tokens, Config("off"), settings.generation(Config("off"), 0))
         assert plain[0] == first[0]  # greedy speculative output equals plain decoding
-        logits = engine.next_logits(tokens)
-        assert logits.shape == (pair.target_model.n_vocab,) and pair.target_ctx.tokens == []
+        rows = engine.output_rows(tokens, plain[0])
+        assert rows.shape == (8, pair.target_model.n_vocab)
+        assert [int(np.argmax(r)) for r in rows] == plain[0]  # one batched pass agrees with plain decoding here
+        assert pair.target_ctx.tokens == tokens[:-1]  # the prompt's prefill stays for the next output
         noise = engine.logit_noise(tokens)
         assert 0.0 <= noise < 0.5 and pair.target_ctx.tokens == []
     finally:
         pair.close()
 
 
-def test_near_tie_tolerance_follows_the_measured_noise():
-    from specrun.bench import margin
+class NoisyEngine(FakeEngine):
+    """Plain's token tops every row; at position 2 of the draft run a near-tie (999, 0.05 below),
+    then at position 5 a token far below the top (500): a violation after a tie."""
 
-    logits = np.zeros(8, dtype=np.float32)
-    logits[3], logits[5] = 10.0, 9.85  # a gap of 0.15
-    assert not margin(logits, 3, 5)["near_tie"]  # beyond the 0.1 floor
-    assert margin(logits, 3, 5, tolerance=0.2)["near_tie"]  # within twice a noise of 0.1
-    assert not margin(logits, 3, 6, tolerance=0.2)["near_tie"]  # not a flip between the top two
+    def run(self, tokens, config, generation):
+        out, text, stats, steps = super().run(tokens, config, generation)
+        if not config.plain and generation.max_tokens > WARMUP_TOKENS:
+            out[2], out[5] = 999, 500
+        return out, text, stats, steps
+
+    def output_rows(self, prompt, output):
+        rows = super().output_rows(prompt, output)
+        rows[:, 500] = 1.0
+        return rows
+
+
+def test_identity_check_reads_past_the_first_divergence_and_counts_violations():
+    configs = configurations(["draft"], [2], [0.0])
+    engine = NoisyEngine()
+    doc = fake_doc(run_bench(engine, prompts(("a" * 5, "code")), configs, BenchSettings(runs=1, warmup=0, max_tokens=24)))
+    check = doc["correctness"]
+    assert check["violations"] == 1 and check["ties"] == 1
+    kinds = {(f["kind"], f["position"], f["chosen"]["token"]) for f in check["findings"]}
+    assert kinds == {("tie", 2, 999), ("violation", 5, 500)}
+    violation = next(f for f in check["findings"] if f["kind"] == "violation")
+    assert violation["chosen"]["gap"] == pytest.approx(4.0) and violation["chosen"]["rank"] == 3
+    rows = {(r["category"], r["config"]): r for r in doc["categories"]}
+    assert rows[("code", "draft-k2-t0")]["violations"] == 1 and rows[("code", "off-t0")]["violations"] == 0
+    assert "1 violations" in "\n".join(summary_lines(doc))
+
+
+def test_near_tie_tolerance_follows_the_measured_noise():
+    from specrun.engine.identity import check_rows, tolerance_from_noise
+
+    row = np.zeros((1, 8), dtype=np.float32)
+    row[0, 3], row[0, 5] = 10.0, 9.85  # a gap of 0.15
+    assert tolerance_from_noise(0.0) == 0.1 and tolerance_from_noise(0.1) == 0.2
+    assert len(check_rows(row, [5], tolerance_from_noise(0.0)).violations) == 1  # beyond the 0.1 floor
+    assert len(check_rows(row, [5], tolerance_from_noise(0.1)).ties) == 1  # within twice a noise of 0.1
+    assert check_rows(row, [3]).ok and not check_rows(row, [3]).ties
 
 
 @pytest.mark.real
@@ -576,4 +618,4 @@ def test_quick_bench_on_the_default_pair(real_pair_paths, tmp_path):
         assert row["speedup"] > 0 and row["decode_tokens_per_s"] > 0
         if row["mode"] == "draft":
             assert row["acceptance_rate"] is not None and row["efficiency"] is not None
-    assert doc["correctness"]["unexplained"] == 0
+    assert doc["correctness"]["violations"] == 0 and doc["correctness"]["runs_judged"] > 0

@@ -40,10 +40,10 @@ from .resolve import resolve_models
 BENCH = "Benchmark"
 DEFAULT_MAX_TOKENS = 128
 DEFAULT_RUNS = 3
-QUICK = {"max_tokens": 32, "runs": 1, "draft_max": "4", "per_category": 1}
+QUICK = {"max_tokens": 32, "runs": 1, "draft_max": 4, "per_category": 1}
 
 SpecList = Annotated[str, typer.Option("--spec", help="Comma-separated speculation modes to compare (off, draft, …). Plain decoding (off) is always measured: it is the baseline of every speedup.", rich_help_panel=BENCH)]
-DraftMaxList = Annotated[Optional[str], typer.Option("--draft-max", help="Comma-separated K values to sweep, e.g. 1,2,4,8 (default: the pair's recommended K, else 4; --quick 4).", rich_help_panel=BENCH)]
+DraftMaxList = Annotated[Optional[str], typer.Option("--draft-max", help="Comma-separated K values to sweep, e.g. 1,2,4,8: the most draft tokens per step in every mode (default: the pair's recommended K, else 4, in the fixed modes, --quick 4; auto's own cap, 31, under auto).", rich_help_panel=BENCH)]
 TemperatureList = Annotated[Optional[str], typer.Option("--temperature", "--temp", help="Comma-separated temperatures, e.g. 0,0.8 (default 0). At 0 every speculative output is checked against plain decoding token by token.", rich_help_panel=BENCH)]
 MaxTokens = Annotated[Optional[int], typer.Option("--max-tokens", "-n", min=1, help=f"Tokens to generate per run at most (default {DEFAULT_MAX_TOKENS}; --quick {QUICK['max_tokens']}).", rich_help_panel=BENCH)]
 Runs = Annotated[Optional[int], typer.Option("--runs", min=1, help=f"Measured repetitions per prompt and configuration, interleaved A B A B (default {DEFAULT_RUNS}; --quick {QUICK['runs']}).", rich_help_panel=BENCH)]
@@ -101,7 +101,7 @@ def bench(
 ) -> None:
     """Measure plain and speculative decoding side by side: speed, acceptance, cost-model efficiency, correctness."""
     modes = parse_list(spec, str, "--spec")
-    ks = parse_list(draft_max or (QUICK["draft_max"] if quick else str(defaults.DRAFT_MAX)), int, "--draft-max")
+    ks = parse_list(draft_max, int, "--draft-max") if draft_max is not None else None
     temperatures = parse_list(temperature or "0", float, "--temperature")
     configurations(modes, ks, temperatures)  # bad values fail before any model is touched
     check_ngram_range(ngram_min, ngram_max)
@@ -120,9 +120,7 @@ def bench(
     load_start = load_average()
     out = Output(quiet=quiet, json_mode=json_file == "-")
     models = resolve_models(target, draft, pair, registry)
-    if draft_max is None and not quick:
-        ks = [models.draft_max]  # the pair's recommended K
-    configs = configurations(modes, ks, temperatures)
+    configs = configurations(modes, ks, temperatures, QUICK["draft_max"] if quick else models.recommended_k)
     loaded = Pair(PairConfig(models.target, models.draft, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers,
                              draft_gpu_layers=draft_gpu_layers), warn=out.warn)
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
+from . import defaults
 from .chat_transcript import save_transcript
 from .engine.loop import GenerationSettings, Step
 from .engine.stats import Stats
@@ -125,8 +126,8 @@ class Turn:
     def __post_init__(self) -> None:
         session = self.session
         self.mode = session.mode
-        self.k = session.settings.draft_max
-        settings = replace(session.settings, seed=None if session.seed is None else session.seed + session.totals.turns)
+        self.k = session.k
+        settings = replace(session.settings_for(session.mode), seed=None if session.seed is None else session.seed + session.totals.turns)
         self.loop = session.pair.loop(settings, mode=session.mode)
         cached = session.pair.target_ctx.common_prefix(self.prompt)
         self.prefilled = len(self.prompt) - min(cached, len(self.prompt) - 1)
@@ -159,12 +160,14 @@ class Turn:
 class ChatSession:
     """A conversation with one loaded pair: what the model sees, what the user said, and settings."""
 
-    def __init__(self, pair: Pair, settings: GenerationSettings, *, mode: str | None = None, system: str | None = None, seed: int | None = None):
+    def __init__(self, pair: Pair, settings: GenerationSettings, *, mode: str | None = None, system: str | None = None,
+                 seed: int | None = None, recommended_k: int | None = None):
         self.pair = pair
         self.model = pair.target_model
-        self.settings = settings
-        self.mode = mode or pair.default_mode()
-        pair.loop(settings, mode=self.mode)  # an unknown mode fails here, before the first turn
+        self.settings = settings  # draft_max: as given (--draft-max, /k), else None
+        self.recommended_k = recommended_k  # the pair's K for the fixed modes
+        self.mode = mode or defaults.SPEC_MODE
+        pair.loop(self.settings_for(self.mode), mode=self.mode)  # an unknown mode fails here, before the first turn
         self.system = system or None
         self.seed = seed
         self.messages: list[dict] = []  # what the model sees (oldest turns may have been dropped)
@@ -172,6 +175,16 @@ class ChatSession:
         self.totals = Totals()
         self._fed: list[int] | None = None  # tokens fed and generated so far
         self._fed_text: str | None = None  # the template text those tokens stand for
+
+    def settings_for(self, mode: str) -> GenerationSettings:
+        """The settings a turn in `mode` runs with: the cap on draft tokens depends on the mode
+        unless K was set (defaults.draft_max_for)."""
+        return replace(self.settings, draft_max=defaults.draft_max_for(mode, self.settings.draft_max, self.recommended_k))
+
+    @property
+    def k(self) -> int:
+        """The most draft tokens per step in the current mode."""
+        return self.settings_for(self.mode).draft_cap(self.mode)
 
     @property
     def n_ctx(self) -> int:
@@ -237,7 +250,7 @@ class ChatSession:
             self._fed = self._fed_text = None
             for ctx in (self.pair.target_ctx, self.pair.draft_ctx):
                 if ctx is not None:
-                    clear_cache(ctx)
+                    ctx.clear()
             return
         self._fed = turn.prompt + list(turn.loop.generated)
         # a stop string leaves tokens in the history whose text the answer does not hold
@@ -264,7 +277,7 @@ class ChatSession:
             self.transcript.append(dict(message))
 
     def set_mode(self, mode: str) -> None:
-        self.pair.loop(self.settings, mode=mode)  # raises InputError for an unknown mode
+        self.pair.loop(self.settings_for(mode), mode=mode)  # raises InputError for an unknown mode
         self.mode = mode
 
     def set_k(self, k: int) -> None:
@@ -282,7 +295,7 @@ class ChatSession:
             "models": {"target": str(config.target), "draft": str(config.draft) if config.draft else None},
             "settings": {
                 "mode": self.mode,
-                "draft_max": self.settings.draft_max,
+                "draft_max": self.k,
                 "temperature": self.settings.sampling.temperature,
                 "max_tokens": self.settings.max_tokens,
                 "ctx_size": self.n_ctx,
@@ -302,11 +315,3 @@ def _drop_oldest_turn(messages: list[dict]) -> list[dict]:
 
 def _plural(n: int, word: str) -> str:
     return word if n == 1 else f"{n} {word}s"
-
-
-def clear_cache(ctx) -> None:
-    """Empty a context's KV cache and its token mirror (after a decode was torn down halfway)."""
-    import llama_cpp
-
-    llama_cpp.llama_memory_clear(ctx.memory, True)
-    ctx.tokens.clear()

@@ -63,7 +63,7 @@ def chat(
     terminal = not jsonl and isatty(sys.stdin)
     config = pair_config(models, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
     settings = generation_settings(
-        models, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=None,
+        models.draft_max, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=None,
         draft_min=draft_min, draft_p_min=draft_p_min, stop=stop, ignore_eos=ignore_eos,
         ngram_min=ngram_min, ngram_max=ngram_max,
     )
@@ -74,7 +74,8 @@ def chat(
     try:
         if loaded.target_model.chat_template() is None:
             raise InputError(f"{models.target.name} has no chat template in its metadata", "chat needs one; `specrun run --raw` feeds text as is")
-        session = ChatSession(loaded, settings, mode=spec_mode(spec, draft), system=system, seed=seed)
+        session = ChatSession(loaded, settings, mode=spec_mode(spec, draft), system=system, seed=seed,
+                              recommended_k=models.recommended_k)
         if terminal:
             display = TerminalDisplay(loaded.target_model, show_drafts=show_drafts, quiet=quiet)
             reader = TerminalInput(list(COMMANDS) + list(ALIASES), before_prompt=display.before_prompt)

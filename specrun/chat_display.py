@@ -161,7 +161,7 @@ class TerminalDisplay:
     def banner(self, session: ChatSession) -> None:
         config = session.pair.config
         models = f"target {config.target.name}" + (f" · draft {config.draft.name}" if config.draft else " · no draft")
-        self.console_err.print(Text(f"specrun chat · {models} · {label(session.mode, session.settings.draft_max)} · ctx {session.n_ctx}", style="bold"))
+        self.console_err.print(Text(f"specrun chat · {models} · {label(session.mode, session.k)} · ctx {session.n_ctx}", style="bold"))
         hints = '/help lists commands · """ starts a multi-line message · Ctrl-C stops an answer · Ctrl-D exits'
         if self.show_drafts:
             hints += " · text from accepted drafts is shown in " + DRAFT_STYLE

@@ -49,12 +49,13 @@ class Interrupts:
     @contextmanager
     def armed(self):
         self.requested, self.active = False, True
-        signal.signal(signal.SIGINT, self._handler)
+        previous = signal.signal(signal.SIGINT, self._handler)
         saved = _quiet_keys(self.fd)
         try:
             yield self
         finally:
             self.active = False
+            signal.signal(signal.SIGINT, previous)
             _restore_keys(self.fd, saved)
 
 

@@ -18,7 +18,7 @@ COMMANDS = {
     "/reset": "forget the conversation (keeps the system prompt)",
     "/system": "TEXT: set the system prompt ('/system none' clears it, '/system' shows it)",
     "/spec": "MODE: speculation mode: off, draft, ngram, hybrid or auto; '/spec' shows it",
-    "/k": "N: draft tokens per step (K); 0 turns drafting off",
+    "/k": "N: most draft tokens per step (K, in every mode; auto picks up to it); 0 turns drafting off",
     "/temp": "X: sampling temperature (0: greedy)",
     "/save": "FILE: write the transcript (.md or .json), atomically",
     "/exit": "leave (also /quit, Ctrl-D)",
@@ -85,7 +85,7 @@ def _stats(session: ChatSession, arg: str) -> Reply:
         f"prompt        {t['prefilled_tokens']} tokens prefilled, {t['reused_prompt_tokens']} reused from the cache",
         f"drafts        {t['accepted']}/{t['drafted']} accepted" + (f" ({100 * rate:.1f}%)" if rate is not None else ""),
         f"tokens/step   {fmt(t['mean_tokens_per_step'], '.2f')} over {t['steps']} target passes",
-        f"mode          {session.mode}, K={session.settings.draft_max}, temperature {session.settings.sampling.temperature:g}",
+        f"mode          {session.mode}, K={session.k}, temperature {session.settings.sampling.temperature:g}",
     ]
     for name, counts in sorted(t["by_drafter"].items(), key=lambda item: -item[1]["steps"]):
         share = f", {100 * counts['accepted'] / counts['drafted']:.0f}% accepted" if counts["drafted"] else ""
@@ -107,16 +107,16 @@ def _system(session: ChatSession, arg: str) -> Reply:
 
 def _spec(session: ChatSession, arg: str) -> Reply:
     if not arg:
-        return Reply(f"speculation mode: {session.mode} (K={session.settings.draft_max})")
+        return Reply(f"speculation mode: {session.mode} (K={session.k})")
     session.set_mode(arg.lower())
-    return Reply(f"speculation mode: {session.mode}")
+    return Reply(f"speculation mode: {session.mode} (K={session.k})")
 
 
 def _k(session: ChatSession, arg: str) -> Reply:
     try:
         k = int(arg)
     except ValueError:
-        return Reply(f"/k needs a whole number ≥ 0, got {arg!r}" if arg else f"K={session.settings.draft_max} (/k N changes it)", error=bool(arg))
+        return Reply(f"/k needs a whole number ≥ 0, got {arg!r}" if arg else f"K={session.k} (/k N changes it)", error=bool(arg))
     if k < 0:
         return Reply("/k needs a whole number ≥ 0", error=True)
     session.set_k(k)

@@ -26,17 +26,17 @@ def pick_seed(seed: int | None) -> int:
 
 
 def generation_settings(
-    models: Resolved, *, max_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float, seed: int | None,
+    draft_max: int | None, *, max_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float, seed: int | None,
     draft_min: int, draft_p_min: float, stop: list[str] | None, ignore_eos: bool,
     ngram_min: int = defaults.NGRAM_MIN, ngram_max: int = defaults.NGRAM_MAX,
 ) -> GenerationSettings:
-    """GenerationSettings from command flags; K comes from the resolved pair."""
+    """GenerationSettings from command flags; `draft_max` is the cap for the mode (Resolved.draft_max_for)."""
     check_ngram_range(ngram_min, ngram_max)
     return GenerationSettings(
         max_tokens=max_tokens,
         sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
         seed=seed,
-        draft_max=models.draft_max,
+        draft_max=draft_max,
         draft_min=draft_min,
         draft_p_min=draft_p_min,
         ngram_min=ngram_min,

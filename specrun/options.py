@@ -52,7 +52,7 @@ IgnoreEos = Annotated[
 ]
 DraftMax = Annotated[
     Optional[int],
-    typer.Option("--draft-max", min=0, help=f"K: most draft tokens verified per target pass (default: the pair's recommendation, else {defaults.DRAFT_MAX}).", rich_help_panel=SPECULATION),
+    typer.Option("--draft-max", min=0, help=f"K: the most draft tokens verified per target pass, in every mode (default: the pair's recommendation, else {defaults.DRAFT_MAX}; under auto, which picks K each step, {defaults.AUTO_K_MAX}).", rich_help_panel=SPECULATION),
 ]
 Spec = Annotated[
     Optional[str],
@@ -91,13 +91,3 @@ Chat = Annotated[
 System = Annotated[Optional[str], typer.Option("--system", help="System prompt (chat mode).", rich_help_panel=SAMPLING)]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document (text and statistics) instead of streaming.", rich_help_panel=OUTPUT)]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No status line or summary on stderr.", rich_help_panel=OUTPUT)]
-
-DEFAULTS = {
-    "max_tokens": defaults.MAX_TOKENS,
-    "temperature": defaults.TEMPERATURE,
-    "top_k": defaults.TOP_K,
-    "top_p": defaults.TOP_P,
-    "min_p": defaults.MIN_P,
-    "draft_max": defaults.DRAFT_MAX,
-    "ctx_size": defaults.CTX_SIZE,
-}

@@ -13,20 +13,23 @@ from .registry import load_registry
 
 @dataclass(frozen=True)
 class Resolved:
-    """What the model flags came to: local files and the pair's recommended K (if any)."""
+    """What the model flags came to: local files, --draft-max as given, the pair's recommended K."""
 
     target: Path
     draft: Path | None
-    draft_max: int
+    draft_max: int | None = None  # --draft-max, when given
+    recommended_k: int | None = None  # the registry pair's draft_max, when the models came from a pair
+
+    def draft_max_for(self, mode: str) -> int | None:
+        """The cap on draft tokens per step for `mode` (defaults.draft_max_for)."""
+        return defaults.draft_max_for(mode, self.draft_max, self.recommended_k)
 
 
 def resolve_models(target: str | None, draft: str | None, pair: str | None, registry: Path | None, draft_max: int | None = None) -> Resolved:
     """Resolve --target/--draft/--pair (default: the default pair), fetching or assembling with progress
-    on stderr. K is --draft-max if given, else the pair's recommendation, else the built-in default."""
+    on stderr, and note the pair's recommended K."""
     reg = load_registry(registry)
     with progress_display() as hook:
         target_path, draft_path = fetch_models(target, draft, pair, reg, hook)
-    if draft_max is None:
-        chosen = reg.pair(pair) if pair else (reg.default_pair() if target is None and draft is None else None)
-        draft_max = (chosen.draft_max if chosen is not None else None) or defaults.DRAFT_MAX
-    return Resolved(target_path, draft_path, draft_max)
+    chosen = reg.pair(pair) if pair else (reg.default_pair() if target is None and draft is None else None)
+    return Resolved(target_path, draft_path, draft_max, chosen.draft_max if chosen is not None else None)

@@ -86,8 +86,9 @@ def run(
     models = resolve_models(target, draft, pair, registry, draft_max)
     seed = pick_seed(seed)
     config = pair_config(models, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+    mode = spec_mode(spec, draft)
     settings = generation_settings(
-        models, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+        models.draft_max_for(mode), max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
         draft_min=draft_min, draft_p_min=draft_p_min, stop=stop, ignore_eos=ignore_eos,
         ngram_min=ngram_min, ngram_max=ngram_max,
     )
@@ -99,7 +100,7 @@ def run(
                 f"the prompt is {len(tokens)} tokens but the context holds {loaded.target_ctx.n_ctx}",
                 f"raise --ctx-size above {len(tokens) + max_tokens} or shorten the prompt",
             )
-        generate(loaded, tokens, settings, out, seed, spec_mode(spec, draft))
+        generate(loaded, tokens, settings, out, seed, mode)
     finally:
         loaded.close()
 
@@ -153,7 +154,7 @@ def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, te
             "top_p": settings.sampling.top_p,
             "min_p": settings.sampling.min_p,
             "seed": seed,
-            "draft_max": settings.draft_max,
+            "draft_max": settings.draft_cap(mode),
             "draft_min": settings.draft_min,
             "draft_p_min": settings.draft_p_min,
             "ngram_min": settings.ngram_min,

@@ -416,3 +416,57 @@ def test_show_drafts_colours_exactly_the_accepted_draft_tokens(pair):
     rest = colours.split(Step(tokens[3:], "".join(pieces[3:]), drafted=len(tokens) - 4, accepted=len(tokens) - 4))
     assert first == [("".join(pieces[:2]), True), (pieces[2], False)]
     assert rest == [("".join(pieces[3:-1]), True), (pieces[-1], False)]
+
+
+def test_the_sigint_handler_is_restored_after_every_answer(pair):
+    from specrun.chat_repl import Interrupts, answer
+
+    previous = signal.getsignal(signal.SIGINT)
+    chat = session(pair)
+    display = StopAt(after=-1)
+    assert answer(chat, "hello", display, Interrupts()) is not None
+    assert signal.getsignal(signal.SIGINT) is previous
+
+
+@pytest.fixture(scope="module")
+def im_end_pair(tiny_dir):
+    """ChatML models whose answers end with `<|im_end|>` (conftest.family_pair)."""
+    from conftest import family_pair
+    from specrun.pair import Pair, PairConfig
+
+    found = family_pair(tiny_dir, "gpt2", "<|im_end|>")
+    loaded = Pair(PairConfig(found.target, found.draft, ctx_size=512, threads=1), warn=lambda line: None)
+    yield loaded
+    loaded.close()
+
+
+@pytest.mark.parametrize("mode", ["off", "draft"])
+def test_an_answer_ends_at_the_end_of_turn_token_and_the_next_turn_reuses_the_cache(im_end_pair, mode):
+    from conftest import FAMILY_MESSAGE
+    from specrun.chat import ChatSession
+    from specrun.engine.loop import GenerationSettings
+    from specrun.engine.sampling import SamplingParams
+
+    chat = ChatSession(im_end_pair, GenerationSettings(max_tokens=40, sampling=SamplingParams(temperature=0)), mode=mode, seed=1)
+    turn, answer = run_turn(chat, FAMILY_MESSAGE)
+    im_end = im_end_pair.target_model.tokenize("<|im_end|>", add_special=False, parse_special=True)[0]
+    assert answer.stats.stop_reason == "eog" and turn.loop.generated[-1] == im_end
+    assert answer.stats.generated_tokens < 40 and "<|im_end|>" not in answer.text
+    second = chat.prepare("and then?")
+    assert second.prompt.count(im_end) == 3  # both user turns and the answer: the generated one is not doubled
+    assert second.prefilled <= len(second.prompt) - len(turn.prompt) - len(turn.loop.generated) + 1
+
+
+def test_k_caps_drafts_under_auto_too(pair):
+    from specrun import defaults
+
+    chat = session(pair, draft_max=None)
+    assert chat.mode == "auto" and chat.k == defaults.AUTO_K_MAX
+    chat.set_k(3)
+    turn = chat.prepare("hello")
+    assert turn.k == 3 and turn.loop.policy.controller.k_max == 3
+    chat.set_mode("draft")
+    assert chat.k == 3  # K set by /k holds in every mode
+    fresh = session(pair, draft_max=None)
+    fresh.set_mode("draft")
+    assert fresh.k == defaults.DRAFT_MAX

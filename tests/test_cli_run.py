@@ -3,12 +3,17 @@ input as one line, a closed pipe, Ctrl-C."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
+import re
 import signal
+import struct
 import subprocess
 import sys
+import termios
+import time
 
 import pytest
 from cli_helpers import ENV, popen, specrun
@@ -165,13 +170,34 @@ def test_closed_pipe_ends_quietly(tiny_target):
 
 
 def test_ctrl_c_flushes_partial_text_and_summary_then_exits_130(tiny_target):
+    """The signal is sent while specrun cannot have finished: its stdout pipe is shrunk to one page
+    and left unread until nearly full, so the run is blocked writing (or will be within a few
+    tokens), far from its 6000 tokens, whatever the timing."""
     proc = popen("run", "hi", "--target", tiny_target, *LONG, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    first = proc.stdout.read(20)
+    reader = proc.stdout.fileno()
+    size = fcntl.fcntl(reader, F_SETPIPE_SZ, 4096)
+    deadline = time.monotonic() + 60
+    while _unread(reader) < size - 64:
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before filling the pipe"
+        time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
-    rest, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    assert len(first + rest) >= 20  # everything generated before the signal reached stdout
-    assert b"Traceback" not in err and b"tokens in" in err
+    assert len(out) > size - 64  # what waited in the pipe, then the text held back, all flushed
+    generated = int(re.search(rb"(\d+) tokens in", err).group(1))
+    assert generated < 6000
+    plain = subprocess.run([sys.executable, "-m", "specrun", "run", "hi", "--target", str(tiny_target), *LONG[:2], "-n",
+                            str(generated), *LONG[4:]], capture_output=True, env=ENV, timeout=120)
+    assert plain.stdout == out  # exactly the text of the tokens generated before the signal, byte for byte
+    assert b"Traceback" not in err
+
+
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting in a pipe."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
 
 
 def test_live_status_line_on_a_terminal(tiny_target, tiny_draft):
@@ -197,3 +223,20 @@ def test_live_status_line_on_a_terminal(tiny_target, tiny_draft):
     assert proc.returncode == 0
     assert "\r\x1b[K" in screen and "tok/s" in screen and "accept" in screen
     assert b"\x1b" not in out  # stdout stays clean text
+
+
+def test_a_command_module_that_fails_to_import_is_reported_not_hidden():
+    """A bug in a command group must not make its command vanish: it is an internal error, exit 1."""
+    code = "import sys; sys.modules['specrun.chat_command'] = None; from specrun.cli import main; main(['--help'])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
+    assert result.returncode == 1
+    assert "internal error" in result.stderr and "specrun.chat_command" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_draft_max_is_the_cap_in_every_mode_and_auto_says_its_default(tiny_target, tiny_draft):
+    auto = run_json("abc abc abc", *models(tiny_target, tiny_draft), "-n", "8", *GREEDY)
+    assert auto["settings"]["mode"] == "auto" and auto["settings"]["draft_max"] == 31
+    capped = run_json("abc abc abc", *models(tiny_target, tiny_draft), "-n", "8", *GREEDY, "--draft-max", "3")
+    assert capped["settings"]["draft_max"] == 3 and len(capped["stats"]["drafted_by_position"]) <= 3
+    fixed = run_json("abc", *models(tiny_target, tiny_draft), "-n", "8", *GREEDY, "--spec", "draft")
+    assert fixed["settings"]["draft_max"] == 4

@@ -39,11 +39,23 @@ def test_temperature_sharpens_survivors():
     assert cold[0] > 0.4 and np.isclose(cold.sum(), 1.0)
 
 
-def test_seeded_sampling_is_reproducible():
+def test_seeded_draws_repeat_and_follow_the_probabilities():
     probs = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0).probs(LOGITS)
-    a = [sample(probs, make_rng(5)) for _ in range(3)]
-    b = [sample(probs, make_rng(5)) for _ in range(3)]
-    assert a == b
+    rng = make_rng(5)
+    first = [sample(probs, rng) for _ in range(50)]
+    assert first == [sample(probs, r) for r in [make_rng(5)] for _ in range(50)]  # one seed, one sequence
+    assert first != [sample(probs, r) for r in [make_rng(6)] for _ in range(50)]  # another seed, another
     rng = make_rng(9)
     draws = [sample(probs, rng) for _ in range(20_000)]
-    assert abs(draws.count(0) / 20_000 - 0.4) < 0.02
+    for token, p in enumerate([0.4, 0.3, 0.2, 0.06, 0.04]):
+        assert abs(draws.count(token) / 20_000 - p) < 0.015
+
+
+def test_an_unseeded_generator_draws_a_fresh_seed():
+    assert make_rng(None).random() != make_rng(None).random()
+
+
+def test_sample_never_returns_a_token_of_probability_zero():
+    probs = np.array([0.0, 0.5, 0.0, 0.5, 0.0])
+    rng = make_rng(1)
+    assert {sample(probs, rng) for _ in range(2000)} == {1, 3}

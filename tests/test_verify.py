@@ -66,13 +66,35 @@ def test_sampling_output_is_distributed_as_p(q):
     assert freq[5] == 0.0  # a token p forbids is never emitted, even when q proposes it
 
 
-def test_exact_first_token_distribution_by_enumeration():
-    """Closed form: q(x)·min(1, p/q) + (1 − Σ q·min(1, p/q))·residual(x) equals p(x) for every x."""
-    accept = np.minimum(Q, P)
-    residual = np.maximum(P - Q, 0.0)
-    residual /= residual.sum()
-    total = accept + (1.0 - accept.sum()) * residual
-    assert np.allclose(total, P)
+class Uniforms:
+    """A stand-in for the generator that hands out chosen uniforms, to enumerate every outcome."""
+
+    def __init__(self, *values: float):
+        self.values = list(values)
+
+    def random(self) -> float:
+        return self.values.pop(0) if self.values else 0.5
+
+
+@pytest.mark.parametrize("q", [Q, None], ids=["sampled-draft", "deterministic-draft"])
+def test_first_token_distribution_by_enumerating_the_uniforms(q):
+    """verify_sampling run over a grid of every uniform it draws (acceptance, then the residual
+    sample): the first committed token's distribution is p to within the grid's resolution."""
+    n = 100
+    grid = [(i + 0.5) / n for i in range(n)]
+    proposals = [(x, q[x]) for x in range(len(P)) if q[x] > 0] if q is not None else [(1, 1.0)]
+    found = np.zeros(len(P))
+    for x, weight in proposals:
+        q_rows = None if q is None else [q]
+        for u1 in grid:
+            verdict = verify_sampling([x], q_rows, lambda i: P, Uniforms(u1))
+            if verdict.accepted:
+                found[x] += weight / n
+                continue
+            for u2 in grid:
+                found[verify_sampling([x], q_rows, lambda i: P, Uniforms(u1, u2)).tokens[0]] += weight / n / n
+    assert np.allclose(found, P, atol=0.02), found
+    assert found[5] == 0.0
 
 
 def test_sampling_bonus_token_after_full_acceptance():

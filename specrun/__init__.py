@@ -19,7 +19,7 @@ from .engine.loop import GenerationSettings, Step
 from .engine.sampling import SamplingParams
 from .engine.stats import Stats
 from .errors import InputError
-from .pair import Pair, PairConfig, load_pair
+from .runtime.pair import Pair, PairConfig, load_pair
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """`python -m specrun`."""
 
-from .cli import main
+from .cli.app import main
 
 main()

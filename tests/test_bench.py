@@ -13,9 +13,20 @@ import numpy as np
 import pytest
 from cli_helpers import ENV
 
-from specrun import bench_prompts
 from specrun.atomic import write_atomic
-from specrun.bench import (
+from specrun.bench import prompts as bench_prompts
+from specrun.bench.environment import file_hash
+from specrun.bench.prompts import BenchPrompt
+from specrun.bench.render import (
+    csv_text,
+    markdown_text,
+    plot_png,
+    require_matplotlib,
+    summary_lines,
+    table_rows,
+)
+from specrun.bench.report import ROW_FIELDS, SCHEMA, document, geomean, spread
+from specrun.bench.runner import (
     WARMUP_TOKENS,
     BenchSettings,
     Calibration,
@@ -30,17 +41,6 @@ from specrun.bench import (
     run_bench,
     schedule,
 )
-from specrun.bench_env import file_hash
-from specrun.bench_prompts import BenchPrompt
-from specrun.bench_render import (
-    csv_text,
-    markdown_text,
-    plot_png,
-    require_matplotlib,
-    summary_lines,
-    table_rows,
-)
-from specrun.bench_report import ROW_FIELDS, SCHEMA, document, geomean, spread
 from specrun.engine.stats import Stats
 from specrun.errors import EXIT_USAGE, InputError
 
@@ -352,7 +352,7 @@ def test_file_defaults_and_selection(tmp_path):
 
 
 def test_contention_and_spread_raise_warnings():
-    from specrun.bench_report import noise
+    from specrun.bench.report import noise
 
     engine = FakeEngine(times={"off-t0": [1.0, 2.0]})
     result = run_bench(engine, prompts(("a" * 5, "qa")), configurations(["off"], [1], [0.0]),
@@ -439,10 +439,8 @@ def test_write_atomic_leaves_no_temp_file(tmp_path):
 
 LAUNCH = (
     "import sys\n"
-    "from specrun import cli, bench_command\n"
-    "if not any(c.name == 'bench' for c in cli.app.registered_commands):\n"
-    "    bench_command.register(cli.app)\n"
-    "cli.main(sys.argv[1:])\n"
+    "from specrun.cli import app\n"
+    "app.main(sys.argv[1:])\n"
 )
 
 
@@ -537,7 +535,7 @@ def test_unknown_mode_and_missing_draft_are_usage_errors(tiny_target, small_prom
 
 
 def test_pair_engine_calibrates_and_runs_from_empty_caches(tiny_target, tiny_draft):
-    from specrun.pair import Pair, PairConfig
+    from specrun.runtime.pair import Pair, PairConfig
 
     pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1))
     try:

@@ -16,7 +16,7 @@ import time
 import pytest
 from cli_helpers import ENV
 
-LAUNCH = "from specrun import cli, chat_command; chat_command.register(cli.app); cli.main()"
+LAUNCH = "from specrun.cli import app; app.main()"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[78DMc=>]|\x1b\][^\x07]*\x07|[\x01\x02\r]")
 GREEDY = ["--temp", "0", "--ignore-eos"]
 
@@ -284,7 +284,7 @@ def test_startup_problems_are_one_line(tiny_target, tiny_draft, tmp_path):
 
 @pytest.fixture(scope="module")
 def pair(tiny_target, tiny_draft):
-    from specrun.pair import Pair, PairConfig
+    from specrun.runtime.pair import Pair, PairConfig
 
     loaded = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
     yield loaded
@@ -292,7 +292,7 @@ def pair(tiny_target, tiny_draft):
 
 
 def session(pair, **settings):
-    from specrun.chat import ChatSession
+    from specrun.chat.session import ChatSession
     from specrun.engine.loop import GenerationSettings
     from specrun.engine.sampling import SamplingParams
 
@@ -391,7 +391,7 @@ def sigint_restored():
 
 
 def test_a_hard_interrupt_clears_the_caches_and_the_chat_goes_on(pair, sigint_restored):
-    from specrun.chat_repl import Interrupts, answer
+    from specrun.chat.repl import Interrupts, answer
 
     chat = session(pair)
     display = StopAt(after=3)
@@ -405,7 +405,7 @@ def test_a_hard_interrupt_clears_the_caches_and_the_chat_goes_on(pair, sigint_re
 
 
 def test_show_drafts_colours_exactly_the_accepted_draft_tokens(pair):
-    from specrun.chat_display import DraftColours
+    from specrun.chat.display import DraftColours
     from specrun.engine.loop import Step
 
     model = pair.target_model
@@ -419,7 +419,7 @@ def test_show_drafts_colours_exactly_the_accepted_draft_tokens(pair):
 
 
 def test_the_sigint_handler_is_restored_after_every_answer(pair):
-    from specrun.chat_repl import Interrupts, answer
+    from specrun.chat.repl import Interrupts, answer
 
     previous = signal.getsignal(signal.SIGINT)
     chat = session(pair)
@@ -432,7 +432,8 @@ def test_the_sigint_handler_is_restored_after_every_answer(pair):
 def im_end_pair(tiny_dir):
     """ChatML models whose answers end with `<|im_end|>` (conftest.family_pair)."""
     from conftest import family_pair
-    from specrun.pair import Pair, PairConfig
+
+    from specrun.runtime.pair import Pair, PairConfig
 
     found = family_pair(tiny_dir, "gpt2", "<|im_end|>")
     loaded = Pair(PairConfig(found.target, found.draft, ctx_size=512, threads=1), warn=lambda line: None)
@@ -443,7 +444,8 @@ def im_end_pair(tiny_dir):
 @pytest.mark.parametrize("mode", ["off", "draft"])
 def test_an_answer_ends_at_the_end_of_turn_token_and_the_next_turn_reuses_the_cache(im_end_pair, mode):
     from conftest import FAMILY_MESSAGE
-    from specrun.chat import ChatSession
+
+    from specrun.chat.session import ChatSession
     from specrun.engine.loop import GenerationSettings
     from specrun.engine.sampling import SamplingParams
 

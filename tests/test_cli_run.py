@@ -227,10 +227,10 @@ def test_live_status_line_on_a_terminal(tiny_target, tiny_draft):
 
 def test_a_command_module_that_fails_to_import_is_reported_not_hidden():
     """A bug in a command group must not make its command vanish: it is an internal error, exit 1."""
-    code = "import sys; sys.modules['specrun.chat_command'] = None; from specrun.cli import main; main(['--help'])"
+    code = "import sys; sys.modules['specrun.cli.chat'] = None; from specrun.cli.app import main; main(['--help'])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
     assert result.returncode == 1
-    assert "internal error" in result.stderr and "specrun.chat_command" in result.stderr and "Traceback" not in result.stderr
+    assert "internal error" in result.stderr and "specrun.cli.chat" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_draft_max_is_the_cap_in_every_mode_and_auto_says_its_default(tiny_target, tiny_draft):

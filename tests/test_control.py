@@ -8,8 +8,8 @@ import random
 import pytest
 from sim_control import GPU, SCENARIOS, Costs, compare
 
-from specrun.engine.control import Choice, Controller, expected_tokens
-from specrun.engine.estimates import CostCurve, DrafterEstimates, PositionRates
+from specrun.engine.auto.control import Choice, Controller, expected_tokens
+from specrun.engine.auto.estimates import CostCurve, DrafterEstimates, PositionRates
 
 CPU = Costs(noise=0.0)
 FLAT = Costs(plain=0.020, verify_points={1: 1.0}, verify_slope=0.02, noise=0.0)
@@ -393,7 +393,7 @@ def test_trim_does_not_count_tokens_the_proposal_does_not_have():
 
 
 def test_auto_skips_the_draft_prefill_when_the_draft_cannot_win():
-    from specrun.engine.policy import AutoPolicy
+    from specrun.engine.auto.policy import AutoPolicy
 
     class Recorder:
         name = "draft"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from specrun.engine.prompt_lookup import PromptLookupDrafter
+from specrun.engine.drafting.prompt_lookup import PromptLookupDrafter
 
 # A source with a "variable" (50) used twice, inside a prompt; answers edit it. The answer copies
 # 9 tokens before the first change: long enough to count as an edit of the source, not a chance repeat.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specrun.costmodel import (
+from specrun.bench.costmodel import (
     Costs,
     alpha_from_steps,
     efficiency,

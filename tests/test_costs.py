@@ -3,10 +3,10 @@ controller so it needs no trial steps to know what a verification batch costs.""
 
 from __future__ import annotations
 
-from specrun import cost_cache
-from specrun.engine.control import Controller
-from specrun.engine.costs import DecodeCosts
-from specrun.pair import Pair, PairConfig
+from specrun.engine.auto.control import Controller
+from specrun.engine.auto.costs import DecodeCosts
+from specrun.runtime import cost_cache
+from specrun.runtime.pair import Pair, PairConfig
 
 
 def test_cache_round_trip_and_bounded_size(tmp_path, monkeypatch):

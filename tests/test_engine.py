@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specrun.engine.costs import DecodeCosts
+from specrun.engine.auto.costs import DecodeCosts
 from specrun.engine.llama import Context, Model
 from specrun.engine.loop import GenerationSettings
 from specrun.engine.sampling import SamplingParams
-from specrun.pair import Pair, PairConfig
+from specrun.runtime.pair import Pair, PairConfig
 
 GREEDY = SamplingParams(temperature=0.0)
 

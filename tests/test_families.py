@@ -20,7 +20,7 @@ from tiny_models import family_vocabulary, greedy_tokens
 
 from specrun.engine.loop import GenerationSettings
 from specrun.engine.sampling import SamplingParams
-from specrun.pair import Pair, PairConfig
+from specrun.runtime.pair import Pair, PairConfig
 
 MAX_TOKENS = 32  # the fixtures' answers end sooner (within 20 tokens); a missed end-of-turn shows as max_tokens
 FAMILIES = {  # fixture -> (vocabulary, BOS text, end-of-turn text)

@@ -17,9 +17,9 @@ from model_fixtures import (  # noqa: F401 - isolated_fixture provides `isolated
 )
 from tiny_models import write_tiny_gguf
 
-from specrun import bundle, fetch
 from specrun.errors import FetchError, InputError, ModelFileError, RegistryError
-from specrun.registry import load_registry
+from specrun.models import bundle, fetch
+from specrun.models.registry import load_registry
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from model_fixtures import (  # noqa: F401 - isolated_fixture provides `isolated
 )
 from tiny_models import write_tiny_gguf
 
-from specrun import model_commands
+from specrun.cli import models as model_commands
 from specrun.errors import SpecrunError
 
 

@@ -13,7 +13,7 @@ from test_engine import GPU_LIKE, first_two_distribution, run
 from test_engine import settings as greedy_settings
 
 from specrun.engine.sampling import SamplingParams
-from specrun.pair import Pair, PairConfig
+from specrun.runtime.pair import Pair, PairConfig
 
 SMALL_VOCAB = 267  # the unpadded tiny vocabulary; the padded one has 100 more ids
 

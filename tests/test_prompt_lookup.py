@@ -7,9 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from specrun.engine.drafters import Draft
-from specrun.engine.hybrid import HybridDrafter
-from specrun.engine.prompt_lookup import NgramIndex, PromptLookupDrafter
+from specrun.engine.drafting.hybrid import HybridDrafter
+from specrun.engine.drafting.model import Draft
+from specrun.engine.drafting.prompt_lookup import NgramIndex, PromptLookupDrafter
 
 
 def test_no_match_gives_an_empty_deterministic_draft():

@@ -11,7 +11,7 @@ from cli_helpers import specrun
 from specrun.engine.identity import check_output, logit_noise, tolerance_from_noise
 from specrun.engine.loop import GenerationSettings
 from specrun.engine.sampling import SamplingParams
-from specrun.pair import Pair, PairConfig
+from specrun.runtime.pair import Pair, PairConfig
 
 pytestmark = pytest.mark.real
 

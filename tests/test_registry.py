@@ -8,7 +8,7 @@ import pytest
 from model_fixtures import isolated_fixture, write_registry  # noqa: F401 - isolated_fixture provides `isolated`
 
 from specrun.errors import RegistryError
-from specrun.registry import (
+from specrun.models.registry import (
     load_registry,
     parse_text,
     shipped_registry_path,

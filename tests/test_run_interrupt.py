@@ -7,11 +7,11 @@ import re
 
 import pytest
 
+from specrun.cli.run import generate
 from specrun.engine.loop import GenerationSettings, SpeculativeLoop
 from specrun.engine.sampling import SamplingParams
-from specrun.output import Output
-from specrun.pair import Pair, PairConfig
-from specrun.run_command import generate
+from specrun.runtime.pair import Pair, PairConfig
+from specrun.terminal import Output
 
 
 def test_interrupt_after_a_commit_prints_the_committed_text(monkeypatch, tiny_target, tiny_draft):

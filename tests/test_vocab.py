@@ -12,7 +12,7 @@ from conftest import real_model
 from tiny_models import write_tiny_gguf
 
 from specrun.errors import IncompatibleModelsError, ModelFileError
-from specrun.vocab import check_pair, require_compatible
+from specrun.models.compat import check_pair, require_compatible
 
 RULES = ["vocab type", "add BOS", "add EOS", "BOS id", "EOS id", "vocab size", "token text"]
 # A vocabulary padded by 100 tokens at the end: the small one's specials at 264..266, then padding.
@@ -105,7 +105,7 @@ def test_bad_files_raise_model_file_errors(tmp_path, tiny_target):
 def test_llama_logs_are_silent(tiny_target, tiny_other):
     """A fresh process: llama.cpp would otherwise print its loader log to stderr."""
     code = textwrap.dedent(f"""
-        from specrun.vocab import check_pair
+        from specrun.models.compat import check_pair
         assert check_pair({str(tiny_target)!r}, {str(tiny_other)!r}).compatible
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})

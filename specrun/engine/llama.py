@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ContextOverflowError, ModelFileError, SpecrunError
-from ..modelfile import check_gguf_file
+from ..models.modelfile import check_gguf_file
 
 _LOG_CALLBACK = None  # module-level reference: llama.cpp keeps the pointer
 _BACKEND_READY = False

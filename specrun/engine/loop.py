@@ -14,9 +14,9 @@ import numpy as np
 
 from .. import defaults
 from ..errors import ContextOverflowError, InputError
-from .drafters import Draft
+from .auto.policy import AutoPolicy, FixedPolicy, Plan
+from .drafting.model import Draft
 from .llama import Context
-from .policy import AutoPolicy, FixedPolicy, Plan
 from .sampling import SamplingParams, make_rng, sample
 from .stats import Stats
 from .text import TextAssembler

@@ -1,0 +1,386 @@
+"""Benchmark records → the document users read: a row per (prompt, configuration), a row per
+(category, configuration) plus an "all" row per configuration, the correctness check, the raw runs.
+
+Figures, and why each is computed as it is:
+- times (TTFT, decode tokens/s after the first token, total) are medians over the repetitions of a
+  prompt; a category's are the median of its prompts' medians. `_min`/`_max` are always the
+  extremes over every single run the row covers, so run-to-run noise stays visible;
+- speedup is a configuration's median decode tokens/s over plain decoding's, for the same prompt and
+  temperature from the same bench; a category's is the geometric mean over its prompts (ratios
+  average geometrically). Its `_min`/`_max` pair each run with plain decoding's run of the same
+  repetition and keep the extremes;
+- acceptance is pooled over every run (accepted / drafted); α is the per-token acceptance the cost
+  model needs (accepted / judged positions, see costmodel.alpha_from_steps);
+- predicted speedup applies the cost model to the steps the runs took, with the calibrated costs;
+  efficiency = speedup / predicted.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from datetime import datetime, timezone
+from typing import Iterable, Sequence
+
+from . import costmodel
+from .prompts import ALL
+from .runner import BenchResult, Check, Config, RunRecord
+
+SCHEMA = "specrun.bench/1"
+CPU_SHARE_WARN = 0.8
+SPREAD_WARN = 1.3
+
+ROW_FIELDS = (
+    "level", "category", "prompt_id", "prompts", "config", "label", "mode", "draft_max", "temperature", "runs",
+    "prompt_tokens", "generated_tokens",
+    "ttft_s", "ttft_s_min", "ttft_s_max",
+    "decode_tokens_per_s", "decode_tokens_per_s_min", "decode_tokens_per_s_max",
+    "total_time_s", "total_time_s_min", "total_time_s_max",
+    "speedup", "speedup_min", "speedup_max", "speedup_end_to_end",
+    "acceptance_rate", "alpha", "mean_tokens_per_step", "expected_tokens_per_step",
+    "acceptance_by_position", "drafted", "accepted", "steps", "draft_time_s", "verify_time_s",
+    "predicted_speedup", "efficiency",
+    "identical", "diverged_prompts", "divergence_position", "violations",
+)
+
+
+def spread(values: Iterable[float | None]) -> tuple[float | None, float | None, float | None]:
+    """(median, min, max) of the values that exist."""
+    xs = [v for v in values if v is not None]
+    if not xs:
+        return None, None, None
+    return statistics.median(xs), min(xs), max(xs)
+
+
+def geomean(values: Iterable[float | None]) -> float | None:
+    """Geometric mean of the positive values: the mean of ratios such as speedups."""
+    xs = [v for v in values if v is not None and v > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+class Aggregator:
+    """Groups the runs by prompt and configuration and computes each row."""
+
+    def __init__(self, result: BenchResult):
+        self.result = result
+        self.configs = result.configs
+        self.costs = result.calibration.costs() if result.calibration else None
+        self.by_key: dict[tuple[int, int], list[RunRecord]] = {}
+        for record in result.records:
+            self.by_key.setdefault((record.prompt, record.config), []).append(record)
+        self.checks: dict[tuple[int, int], list[Check]] = {}
+        for check in result.checks:
+            self.checks.setdefault((check.prompt, check.config), []).append(check)
+        self.plain_index = {c.temperature: i for i, c in enumerate(self.configs) if c.plain}
+        self._prompt_rows: dict[tuple[int, int], dict] = {}
+
+    # -- prompt level -----------------------------------------------------------------------
+
+    def prompt_row(self, p: int, c: int) -> dict:
+        """Medians over the repetitions of one prompt in one configuration."""
+        if (p, c) in self._prompt_rows:
+            return self._prompt_rows[(p, c)]
+        config = self.configs[c]
+        runs = sorted(self.by_key.get((p, c), []), key=lambda r: r.rep)
+        plain = sorted(self.by_key.get((p, self.plain_index.get(config.temperature, -1)), []), key=lambda r: r.rep)
+        stats = [r.stats for r in runs]
+        ttft = spread(s.time_to_first_token for s in stats)
+        decode = spread(s.decode_tokens_per_second for s in stats)
+        total = spread(s.total_time for s in stats)
+        plain_decode = spread(r.stats.decode_tokens_per_second for r in plain)[0]
+        per_rep = _per_rep_speedups(runs, plain)
+        row = {
+            "level": "prompt", "category": self.result.prompts[p].category, "prompt_id": self.result.prompts[p].id, "prompts": 1,
+            **self._config_fields(config), "runs": len(runs),
+            "prompt_tokens": self.result.prompt_lengths[p],
+            "generated_tokens": _median_low(s.generated_tokens for s in stats),
+            "ttft_s": ttft[0], "ttft_s_min": ttft[1], "ttft_s_max": ttft[2],
+            "decode_tokens_per_s": decode[0], "decode_tokens_per_s_min": decode[1], "decode_tokens_per_s_max": decode[2],
+            "total_time_s": total[0], "total_time_s_min": total[1], "total_time_s_max": total[2],
+            "speedup": ratio(decode[0], plain_decode), "speedup_min": min(per_rep, default=None), "speedup_max": max(per_rep, default=None),
+            "speedup_end_to_end": ratio(spread(_rate(r) for r in runs)[0], spread(_rate(r) for r in plain)[0]),
+            **self._pooled(runs, config),
+            "drafted": _median_low(s.drafted for s in stats),
+            "accepted": _median_low(s.accepted for s in stats),
+            "steps": _median_low(s.steps for s in stats),
+            "draft_time_s": spread(s.draft_time for s in stats)[0],
+            "verify_time_s": spread(s.verify_time for s in stats)[0],
+            **self._correctness([(p, c)]),
+        }
+        row["predicted_speedup"] = self._predicted(runs, config)
+        row["efficiency"] = costmodel.efficiency(row["speedup"], row["predicted_speedup"])
+        self._prompt_rows[(p, c)] = row
+        return row
+
+    # -- group level ------------------------------------------------------------------------
+
+    def group_row(self, category: str, prompts: Sequence[int], c: int) -> dict:
+        """A category (or all prompts): medians over prompt medians, geometric mean of speedups."""
+        config = self.configs[c]
+        rows = [self.prompt_row(p, c) for p in prompts]
+        runs = [r for p in prompts for r in self.by_key.get((p, c), [])]
+        predicted = geomean(row["predicted_speedup"] for row in rows) if not config.plain else None
+        speedup = geomean(row["speedup"] for row in rows)
+        out = {
+            "level": "category", "category": category, "prompt_id": None, "prompts": len(prompts),
+            **self._config_fields(config), "runs": self.result.settings.runs,
+            "prompt_tokens": _median_low(row["prompt_tokens"] for row in rows),
+            "generated_tokens": _sum(row["generated_tokens"] for row in rows),
+        }
+        for name in ("ttft_s", "decode_tokens_per_s", "total_time_s"):
+            out.update({name: spread(row[name] for row in rows)[0],
+                        f"{name}_min": _min(row[f"{name}_min"] for row in rows), f"{name}_max": _max(row[f"{name}_max"] for row in rows)})
+        out.update({
+            "speedup": speedup,
+            "speedup_min": _min(row["speedup_min"] for row in rows),
+            "speedup_max": _max(row["speedup_max"] for row in rows),
+            "speedup_end_to_end": geomean(row["speedup_end_to_end"] for row in rows),
+            **self._pooled(runs, config),
+            "drafted": _sum(row["drafted"] for row in rows),
+            "accepted": _sum(row["accepted"] for row in rows),
+            "steps": _sum(row["steps"] for row in rows),
+            "draft_time_s": _sum(row["draft_time_s"] for row in rows),
+            "verify_time_s": _sum(row["verify_time_s"] for row in rows),
+            "predicted_speedup": predicted,
+            "efficiency": costmodel.efficiency(speedup, predicted),
+            **self._correctness([(p, c) for p in prompts]),
+        })
+        return out
+
+    # -- shared pieces ----------------------------------------------------------------------
+
+    def _config_fields(self, config: Config) -> dict:
+        with_t = len({c.temperature for c in self.configs}) > 1
+        return {"config": config.id, "label": config.label(with_t), "mode": config.mode,
+                "draft_max": 0 if config.plain else config.draft_max, "temperature": config.temperature}
+
+    def _pooled(self, runs: Sequence[RunRecord], config: Config) -> dict:
+        """Acceptance and tokens per step over every run (per-run ratios of small counts are noisy)."""
+        drafted = sum(r.stats.drafted for r in runs)
+        accepted = sum(r.stats.accepted for r in runs)
+        steps = sum(r.stats.steps for r in runs)
+        after_first = sum(max(r.stats.generated_tokens - 1, 0) for r in runs)
+        by_drafted: list[int] = []
+        by_accepted: list[int] = []
+        for r in runs:
+            for i, (d, a) in enumerate(zip(r.stats.drafted_by_position, r.stats.accepted_by_position)):
+                if i == len(by_drafted):
+                    by_drafted.append(0)
+                    by_accepted.append(0)
+                by_drafted[i] += d
+                by_accepted[i] += a
+        alpha = costmodel.alpha_from_steps((s.drafted, s.accepted) for r in runs for s in r.steps)
+        return {
+            "acceptance_rate": ratio(accepted, drafted) if drafted else None,
+            "alpha": alpha,
+            "mean_tokens_per_step": after_first / steps if steps else None,
+            "expected_tokens_per_step": costmodel.expected_tokens_per_step(alpha, config.draft_max) if alpha is not None else None,
+            "acceptance_by_position": [round(a / d, 4) if d else 0.0 for a, d in zip(by_accepted, by_drafted)],
+        }
+
+    def _predicted(self, runs: Sequence[RunRecord], config: Config) -> float | None:
+        """The cost model over these runs' steps: α per drafter, calibrated draft-model and verify
+        costs; a drafter without a model (prompt lookup) costs its measured seconds per step."""
+        if config.plain or self.costs is None or not self.costs.plain_s:
+            return None
+        steps = [s for r in runs for s in r.steps]
+        names = {s.drafter for s in steps}
+        alphas = {n: costmodel.alpha_from_steps((s.drafted, s.accepted) for s in steps if s.drafter == n) for n in names}
+        measured = {n: statistics.fmean(s.draft_s for s in steps if s.drafter == n) for n in names}
+
+        def draft_seconds(s) -> float:
+            if s.drafter == "draft" and self.result.calibration.draft_token_s is not None:
+                return s.drafted * self.result.calibration.draft_token_s
+            return measured[s.drafter] if s.drafter is not None else 0.0
+
+        return costmodel.predicted_speedup_of_steps(((alphas[s.drafter], s.drafted, draft_seconds(s)) for s in steps), self.costs)
+
+    def _correctness(self, keys: Sequence[tuple[int, int]]) -> dict:
+        """identical: every temperature-0 run matched plain (None: not checked)."""
+        checks = [ch for key in keys for ch in self.checks.get(key, [])]
+        judged = [r.identity for key in keys for r in self.by_key.get(key, []) if r.identity is not None]
+        violations = sum(len(i.violations) for i in judged) if judged else None
+        if not checks:
+            return {"identical": None, "diverged_prompts": None, "divergence_position": None, "violations": violations}
+        diverged = {ch.prompt for ch in checks if ch.position is not None}
+        positions = [ch.position for ch in checks if ch.position is not None]
+        return {"identical": not diverged, "diverged_prompts": len(diverged), "divergence_position": min(positions, default=None),
+                "violations": violations}
+
+
+def _per_rep_speedups(runs: Sequence[RunRecord], plain: Sequence[RunRecord]) -> list[float]:
+    """Decode speedup of each repetition against plain decoding in the same repetition."""
+    base = {r.rep: r.stats.decode_tokens_per_second for r in plain}
+    out = []
+    for r in runs:
+        s = ratio(r.stats.decode_tokens_per_second, base.get(r.rep))
+        if s is not None:
+            out.append(s)
+    return out
+
+
+def _rate(record: RunRecord) -> float | None:
+    """Tokens per second end to end, prefill included."""
+    s = record.stats
+    return s.generated_tokens / s.total_time if s.total_time > 0 and s.generated_tokens else None
+
+
+def _median_low(values: Iterable[int | None]) -> int | None:
+    xs = [v for v in values if v is not None]
+    return statistics.median_low(xs) if xs else None
+
+
+def _min(values: Iterable[float | None]) -> float | None:
+    return min((v for v in values if v is not None), default=None)
+
+
+def _max(values: Iterable[float | None]) -> float | None:
+    return max((v for v in values if v is not None), default=None)
+
+
+def _sum(values: Iterable[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return sum(xs) if xs else None
+
+
+def rounded(row: dict) -> dict:
+    """The row's fields in ROW_FIELDS order, floats rounded for reading: seconds keep microseconds,
+    rates two decimals, ratios four."""
+    out = {}
+    for key in ROW_FIELDS:
+        value = row[key]
+        if isinstance(value, float):
+            base = key.removesuffix("_min").removesuffix("_max")
+            value = round(value, 2 if base.endswith("_per_s") else 6 if base.endswith("_s") else 4)
+        out[key] = value
+    return out
+
+
+def correctness(result: BenchResult, pieces=None) -> dict:
+    """The temperature-0 checks: every run's tokens against the target's own logits (positions
+    checked, near-ties, violations, each with the rank and gap of the token chosen and of the
+    argmax), and every speculative run against plain decoding (divergences, with both tokens ranked)."""
+    show = pieces or (lambda token: None)
+    divergences = []
+    for ch in result.checks:
+        if ch.position is None:
+            continue
+        prompt = result.prompts[ch.prompt]
+        item = {
+            "prompt_id": prompt.id, "category": prompt.category, "config": result.configs[ch.config].id, "run": ch.rep + 1,
+            "position": ch.position, "plain_token": ch.plain_token, "spec_token": ch.spec_token,
+            "plain_piece": show(ch.plain_token) if ch.plain_token is not None else None,
+            "spec_piece": show(ch.spec_token) if ch.spec_token is not None else None,
+        }
+        item.update(ch.detail or {"near_tie": False})
+        divergences.append(item)
+    judged = [r for r in result.records if r.identity is not None]
+    findings = []
+    for record in judged:
+        for kind, found in (("tie", record.identity.ties), ("violation", record.identity.violations)):
+            for f in found:
+                findings.append({
+                    "kind": kind, "prompt_id": result.prompts[record.prompt].id, "config": result.configs[record.config].id,
+                    "run": record.rep + 1, **f.to_dict(),
+                    "chosen_piece": show(f.chosen.token), "top_piece": show(f.top.token),
+                })
+    return {
+        "checked": len(result.checks),
+        "identical": sum(1 for ch in result.checks if ch.position is None),
+        "diverged": len(divergences),
+        "near_ties": sum(1 for d in divergences if d.get("near_tie")),
+        "divergences": divergences,
+        "runs_judged": len(judged),
+        "positions_checked": sum(r.identity.checked for r in judged),
+        "ties": sum(len(r.identity.ties) for r in judged),
+        "violations": sum(len(r.identity.violations) for r in judged),
+        "tolerance": judged[0].identity.tolerance if judged else None,
+        "findings": findings,
+    }
+
+
+def noise(result: BenchResult, environment: dict, prompt_rows: Sequence[dict]) -> tuple[dict, list[str]]:
+    """Signs that the machine was not quiet, and the warnings they call for.
+
+    cpu_share: CPU time the process got during the runs over what it would get alone — its
+    threads inside llama.cpp (prefill and decode), one thread the rest of the time. llama.cpp's
+    threads wait for each other at every layer, so a thread descheduled by another process stalls
+    them all; a share well under 1 means the timings measure the neighbours too.
+    """
+    threads = max(result.threads, 1)
+    parallel = sum(r.stats.prefill_time + r.stats.llama_decode_time for r in result.records)
+    alone = threads * parallel + max(result.measure_s - parallel, 0.0)
+    share = result.cpu_s / alone if alone > 0 and result.measure_s >= 1.0 else None
+    spreads = [(row["decode_tokens_per_s_max"] / row["decode_tokens_per_s_min"], row) for row in prompt_rows
+               if row["runs"] > 1 and row["decode_tokens_per_s_min"]]
+    worst = max(spreads, key=lambda item: item[0], default=None)
+    load = environment.get("load_average_start")
+    cpus = (environment.get("machine") or {}).get("cpu_count") or 0
+    warnings = []
+    if share is not None and not environment.get("gpu_layers") and share < CPU_SHARE_WARN:
+        warnings.append(f"the bench got {share:.0%} of the CPU time its {threads} threads needed: other processes competed "
+                        "for the CPU, so these timings are unreliable (rerun on an idle machine or with fewer --threads)")
+    if load is not None and cpus and load >= 1.0 and load + threads > cpus:
+        warnings.append(f"the load average was {load:.1f} on {cpus} CPUs when the bench started: the machine was busy")
+    if worst is not None and worst[0] > SPREAD_WARN:
+        row = worst[1]
+        warnings.append(f"decode speed varied {worst[0]:.1f}× between repetitions of {row['prompt_id']} ({row['label']}): "
+                        "medians resist outliers, but check that the machine is idle")
+    figures = {
+        "cpu_share": None if share is None else round(share, 3),
+        "load_average_start": load,
+        "max_run_spread": None if worst is None else {"ratio": round(worst[0], 3), "prompt_id": worst[1]["prompt_id"],
+                                                      "config": worst[1]["config"]},
+    }
+    return figures, warnings
+
+
+def document(result: BenchResult, environment: dict, settings: dict, pieces=None) -> dict:
+    """The whole --json document (schema in the README)."""
+    agg = Aggregator(result)
+    prompts = result.prompts
+    categories = list(dict.fromkeys(p.category for p in prompts))
+    prompt_rows = [rounded(agg.prompt_row(p, c)) for c in range(len(result.configs)) for p in range(len(prompts))]
+    prompt_rows.sort(key=lambda row: (categories.index(row["category"]), row["prompt_id"], _config_order(result, row["config"])))
+    category_rows = []
+    for c in range(len(result.configs)):
+        for category in categories:
+            category_rows.append(rounded(agg.group_row(category, [i for i, p in enumerate(prompts) if p.category == category], c)))
+        category_rows.append(rounded(agg.group_row(ALL, list(range(len(prompts))), c)))
+    order = categories + [ALL]
+    category_rows.sort(key=lambda row: (order.index(row["category"]), _config_order(result, row["config"])))
+    figures, warnings = noise(result, environment, prompt_rows)
+    return {
+        "schema": SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "wall_time_s": round(result.wall_s, 3),
+        "settings": settings,
+        "environment": environment,
+        "calibration": result.calibration.to_dict() if result.calibration else None,
+        "configurations": [c.to_dict() for c in result.configs],
+        "prompt_set": [{"id": p.id, "category": p.category, "prompt_tokens": n} for p, n in zip(prompts, result.prompt_lengths)],
+        "categories": category_rows,
+        "prompts": prompt_rows,
+        "correctness": correctness(result, pieces),
+        "noise": figures,
+        "warnings": warnings,
+        "runs": [_run_entry(result, r) for r in result.records],
+    }
+
+
+def _config_order(result: BenchResult, config_id: str) -> int:
+    return next(i for i, c in enumerate(result.configs) if c.id == config_id)
+
+
+def _run_entry(result: BenchResult, record: RunRecord) -> dict:
+    return {
+        "run": record.rep + 1,
+        "prompt_id": result.prompts[record.prompt].id,
+        "config": result.configs[record.config].id,
+        "stats": record.stats.to_dict(),
+        "text": record.text,
+    }

@@ -1,0 +1,432 @@
+"""Side-by-side measurement of plain and speculative decoding, in one process on the same contexts.
+
+The method, in the order it runs: every configuration is loaded and checked before anything is
+timed; warm-up runs; a short calibration of the raw decode costs the cost model needs; then
+`runs` repetitions in which the configurations of each prompt run back to back (A B A B …), so
+drift on a noisy machine hits all of them alike. Every run starts from empty KV caches, so each
+one prefills its prompt and times to first token compare. Seeds are fixed: prompt i uses seed + i
+in every configuration and repetition.
+
+This module runs and checks; `bench_report` turns the records into the document users read.
+Nothing here imports the CLI, so a script can benchmark a Pair directly.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from .. import defaults
+from ..engine import identity
+from ..engine.auto.costs import measure as measure_costs
+from ..engine.identity import IdentityCheck, check_rows, rank, tolerance_from_noise
+from ..engine.loop import GenerationSettings
+from ..engine.sampling import SamplingParams
+from ..engine.stats import Stats
+from ..errors import InputError
+from . import costmodel
+from .prompts import BenchPrompt
+
+WARMUP_TOKENS = 16  # tokens per warm-up run: enough to touch every weight and code path
+CALIBRATION_REPS = 3
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration: a speculation mode, its K (draft_max) and a temperature."""
+
+    mode: str
+    draft_max: int = 0
+    temperature: float = 0.0
+
+    @property
+    def plain(self) -> bool:
+        return self.mode == "off"
+
+    @property
+    def id(self) -> str:
+        k = "" if self.plain else f"-k{self.draft_max}"
+        return f"{self.mode}{k}-t{self.temperature:g}"
+
+    def label(self, with_temperature: bool = False) -> str:
+        text = "plain" if self.plain else f"{self.mode} K={self.draft_max}"
+        return f"{text} T={self.temperature:g}" if with_temperature else text
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "label": self.label(), "mode": self.mode, "draft_max": self.draft_max if not self.plain else 0,
+                "temperature": self.temperature}
+
+
+def configurations(modes: Sequence[str], draft_maxes: Sequence[int] | None, temperatures: Sequence[float],
+                   recommended_k: int | None = None) -> list[Config]:
+    """Plain decoding plus every (mode, K) per temperature. Plain is always included: every speedup
+    is measured against plain decoding from the same run. K is the most draft tokens per step in
+    every mode; without `draft_maxes` each mode gets its default (defaults.draft_max_for: the
+    pair's recommended K in the fixed modes, auto's own cap under auto)."""
+    if not temperatures:
+        raise InputError("no temperature given", "pass --temperature 0 (or a list such as 0,0.8)")
+    if any(t < 0 for t in temperatures):
+        raise InputError("temperatures must be 0 or more", "pass --temperature 0,0.8")
+    spec_modes = [m for m in dict.fromkeys(modes) if m != "off"]
+    if spec_modes and draft_maxes is not None and (not draft_maxes or any(k < 1 for k in draft_maxes)):
+        raise InputError("--draft-max values must be 1 or more", "K = 0 is plain decoding; use --spec off for it")
+
+    def ks(mode: str) -> list[int]:
+        if draft_maxes is not None:
+            return list(dict.fromkeys(draft_maxes))
+        return [defaults.draft_max_for(mode, None, recommended_k) or defaults.AUTO_K_MAX]
+
+    out: list[Config] = []
+    for t in dict.fromkeys(temperatures):
+        out.append(Config("off", 0, t))
+        out.extend(Config(m, k, t) for m in spec_modes for k in ks(m))
+    return out
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What every run shares."""
+
+    runs: int = 3
+    warmup: int = 1
+    max_tokens: int = 128
+    seed: int = 0
+    ignore_eos: bool = False
+    draft_min: int = defaults.DRAFT_MIN
+    draft_p_min: float = defaults.DRAFT_P_MIN
+    ngram_min: int = defaults.NGRAM_MIN
+    ngram_max: int = defaults.NGRAM_MAX
+    top_k: int = defaults.TOP_K
+    top_p: float = defaults.TOP_P
+    min_p: float = defaults.MIN_P
+
+    def generation(self, config: Config, prompt_index: int, max_tokens: int | None = None) -> GenerationSettings:
+        """Settings for one run: the prompt's fixed seed, the configuration's K and temperature."""
+        return GenerationSettings(
+            max_tokens=self.max_tokens if max_tokens is None else max_tokens,
+            sampling=SamplingParams(config.temperature, self.top_k, self.top_p, self.min_p),
+            seed=self.seed + prompt_index,
+            draft_max=0 if config.plain else config.draft_max,
+            draft_min=self.draft_min,
+            draft_p_min=self.draft_p_min,
+            ngram_min=self.ngram_min,
+            ngram_max=self.ngram_max,
+            ignore_eos=self.ignore_eos,
+        )
+
+
+@dataclass(frozen=True)
+class StepSample:
+    """One target pass as the loop reported it."""
+
+    drafter: str | None
+    k: int
+    drafted: int
+    accepted: int
+    draft_s: float
+    verify_s: float
+
+
+@dataclass
+class RunRecord:
+    """One measured generation."""
+
+    rep: int
+    prompt: int
+    config: int
+    tokens: list[int]
+    text: str
+    stats: Stats
+    steps: list[StepSample] = field(default_factory=list)
+    identity: IdentityCheck | None = None  # temperature 0: every token against the target's own logits
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Raw decode costs at the length of a real prompt: what the cost model is fed."""
+
+    context_tokens: int
+    plain_s: float
+    verify_s: dict[int, float]
+    draft_token_s: float | None
+
+    def costs(self) -> costmodel.Costs:
+        return costmodel.Costs(self.plain_s, self.verify_s, self.draft_token_s or 0.0)
+
+    def to_dict(self) -> dict:
+        return {
+            "context_tokens": self.context_tokens,
+            "plain_decode_s": round(self.plain_s, 6),
+            "verify_s": {str(k): round(v, 6) for k, v in sorted(self.verify_s.items())},
+            "draft_token_s": None if self.draft_token_s is None else round(self.draft_token_s, 6),
+            "reps": CALIBRATION_REPS,
+        }
+
+
+@dataclass
+class Check:
+    """A temperature-0 speculative run compared with plain decoding of the same prompt and repetition."""
+
+    rep: int
+    prompt: int
+    config: int
+    position: int | None  # first differing token; None: identical
+    plain_token: int | None = None
+    spec_token: int | None = None
+    detail: dict | None = None  # both tokens ranked by the target's logits at `position` (see `divergence_detail`)
+    plain_record: int = -1  # index of the plain run compared with
+
+
+class Engine(Protocol):
+    """What the bench needs from models; PairEngine is the real one, tests plant fakes."""
+
+    n_ctx: int
+    threads: int
+
+    def prompt_tokens(self, prompt: BenchPrompt) -> list[int]: ...
+
+    def check(self, config: Config, generation: GenerationSettings) -> None: ...
+
+    def run(self, tokens: list[int], config: Config, generation: GenerationSettings) -> tuple[list[int], str, Stats, list[StepSample]]: ...
+
+    def calibrate(self, tokens: list[int], batch_sizes: Sequence[int], reps: int) -> Calibration: ...
+
+    def output_rows(self, prompt: list[int], output: list[int]) -> np.ndarray: ...
+
+    def logit_noise(self, tokens: list[int]) -> float: ...
+
+    def piece(self, token: int) -> str: ...
+
+
+Progress = Callable[[str, int, int, str], None]  # phase, done, total, what is running
+
+
+@dataclass
+class BenchResult:
+    """Everything measured; `bench_report.document` renders it."""
+
+    prompts: list[BenchPrompt]
+    configs: list[Config]
+    settings: BenchSettings
+    prompt_lengths: list[int]
+    records: list[RunRecord]
+    calibration: Calibration | None
+    checks: list[Check]
+    wall_s: float = 0.0
+    measure_s: float = 0.0  # wall seconds of the measured runs
+    cpu_s: float = 0.0  # process CPU seconds (all threads) over the measured runs
+    threads: int = 1
+
+
+def schedule(n_prompts: int, n_configs: int, runs: int) -> list[tuple[int, int, int]]:
+    """(repetition, prompt, configuration) in running order: the configurations of one prompt back
+    to back, A B A B …, repeated `runs` times over all prompts."""
+    return [(r, p, c) for r in range(runs) for p in range(n_prompts) for c in range(n_configs)]
+
+
+def first_divergence(expected: Sequence[int], actual: Sequence[int]) -> int | None:
+    """Index of the first token that differs (a length difference counts at the shorter end); None if equal."""
+    for i, (a, b) in enumerate(zip(expected, actual)):
+        if a != b:
+            return i
+    return None if len(expected) == len(actual) else min(len(expected), len(actual))
+
+
+def divergence_detail(row: np.ndarray | None, plain_token: int | None, spec_token: int | None, tolerance: float) -> dict:
+    """Both tokens at a divergence, ranked by the target's logits there (the prefix is shared, so
+    one row serves both); a near-tie when each is within `tolerance` of the argmax."""
+    ranked = {name: (rank(row, token) if row is not None and token is not None else None)
+              for name, token in (("plain", plain_token), ("spec", spec_token))}
+    near = all(c is not None and c.gap <= tolerance for c in ranked.values())
+    return {**{name: (c.to_dict() if c else None) for name, c in ranked.items()}, "near_tie": near,
+            "tolerance": round(tolerance, 4)}
+
+
+def compare(records: Sequence[RunRecord], configs: Sequence[Config]) -> list[Check]:
+    """Every temperature-0 speculative run against the plain run of the same prompt and repetition."""
+    plain = {(r.rep, r.prompt): i for i, r in enumerate(records) if configs[r.config].plain and configs[r.config].temperature == 0}
+    checks = []
+    for record in records:
+        config = configs[record.config]
+        if config.plain or config.temperature != 0 or (record.rep, record.prompt) not in plain:
+            continue
+        base = records[plain[(record.rep, record.prompt)]]
+        pos = first_divergence(base.tokens, record.tokens)
+        check = Check(record.rep, record.prompt, record.config, pos, plain_record=plain[(record.rep, record.prompt)])
+        if pos is not None:
+            check.plain_token = base.tokens[pos] if pos < len(base.tokens) else None
+            check.spec_token = record.tokens[pos] if pos < len(record.tokens) else None
+        checks.append(check)
+    return checks
+
+
+def verify_identity(checks: Sequence[Check], records: Sequence[RunRecord], configs: Sequence[Config],
+                    prompt_tokens: Sequence[list[int]], engine: Engine) -> None:
+    """Check every temperature-0 run, plain decoding included, token by token against the target's
+    own logits from one batched pass over prompt + output (engine.identity), and rank both tokens
+    at each divergence from plain decoding. Identical outputs are checked once.
+
+    The tolerance is twice the measured arithmetic noise (how far a token's logits move between a
+    pass of its own and a batch, on this machine), at least identity.NEAR_TIE_LOGITS."""
+    zero = [i for i, r in enumerate(records) if configs[r.config].temperature == 0]
+    if not zero:
+        return
+    tolerance = tolerance_from_noise(engine.logit_noise(list(prompt_tokens[records[zero[0]].prompt])))
+    outputs: dict[tuple[int, tuple[int, ...]], list[int]] = {}
+    for i in sorted(zero, key=lambda i: records[i].prompt):  # one prompt's outputs share its prefill
+        outputs.setdefault((records[i].prompt, tuple(records[i].tokens)), []).append(i)
+    diverged: dict[int, list[Check]] = {}
+    for check in checks:
+        if check.position is not None:
+            diverged.setdefault(check.plain_record, []).append(check)
+    for (p, output), indices in outputs.items():
+        rows = engine.output_rows(list(prompt_tokens[p]), list(output))
+        result = check_rows(rows, output, tolerance)
+        for i in indices:
+            records[i].identity = result
+            for check in diverged.pop(i, []):
+                row = rows[check.position] if check.position < len(rows) else None
+                check.detail = divergence_detail(row, check.plain_token, check.spec_token, tolerance)
+
+
+def calibration_sizes(configs: Sequence[Config]) -> list[int]:
+    """Target batch sizes to time: 1 (plain) through K + 1 (a full verification) for every fixed K
+    swept. `auto` may verify anything up to its cap, so it adds small sizes and a sparse ladder up
+    to the cap (interpolated between)."""
+    fixed = max((c.draft_max for c in configs if not c.plain and c.mode != "auto"), default=0)
+    sizes = set(range(1, fixed + 2))
+    for cap in {c.draft_max + 1 for c in configs if c.mode == "auto"}:
+        sizes.update(range(1, min(cap, 5) + 1))
+        size = 4
+        while size < cap:
+            sizes.add(size + 1)
+            size *= 2
+        sizes.add(cap)
+    return sorted(sizes)
+
+
+def run_bench(engine: Engine, prompts: Sequence[BenchPrompt], configs: Sequence[Config], settings: BenchSettings,
+              progress: Progress | None = None) -> BenchResult:
+    """Warm up, calibrate, run the schedule, compare outputs; see the module docstring."""
+    progress = progress or (lambda *_: None)
+    started = time.perf_counter()
+    tokens = [engine.prompt_tokens(p) for p in prompts]
+    _check_fits(engine, prompts, tokens, configs, settings)
+    for config in configs:
+        engine.check(config, settings.generation(config, 0))
+    order = schedule(len(prompts), len(configs), settings.runs)
+    total = settings.warmup * len(configs) + 1 + len(order)
+    done = 0
+    shortest = min(range(len(prompts)), key=lambda i: len(tokens[i]))
+    for _ in range(settings.warmup):
+        for config in configs:
+            progress("warm-up", done, total, config.label(True))
+            engine.run(tokens[shortest], config, settings.generation(config, shortest, min(settings.max_tokens, WARMUP_TOKENS)))
+            done += 1
+    progress("calibration", done, total, "decode costs")
+    calibration = engine.calibrate(tokens[shortest], calibration_sizes(configs), CALIBRATION_REPS)
+    done += 1
+    records: list[RunRecord] = []
+    cpu_start, measure_start = _cpu_seconds(), time.perf_counter()
+    for rep, p, c in order:
+        progress("run", done, total, f"run {rep + 1}/{settings.runs} · {prompts[p].id} · {configs[c].label(True)}")
+        out, text, stats, steps = engine.run(tokens[p], configs[c], settings.generation(configs[c], p))
+        records.append(RunRecord(rep, p, c, out, text, stats, steps))
+        done += 1
+    cpu_s, measure_s = _cpu_seconds() - cpu_start, time.perf_counter() - measure_start
+    progress("check", done, total, "comparing outputs")
+    checks = compare(records, configs)
+    verify_identity(checks, records, configs, tokens, engine)
+    progress("done", total, total, "")
+    return BenchResult(list(prompts), list(configs), settings, [len(t) for t in tokens], records, calibration, checks,
+                       time.perf_counter() - started, measure_s, cpu_s, getattr(engine, "threads", 1))
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process, every thread included (user + system)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def _check_fits(engine: Engine, prompts: Sequence[BenchPrompt], tokens: Sequence[list[int]], configs: Sequence[Config],
+                settings: BenchSettings) -> None:
+    """A run that hits the end of the context would stop early and skew its figures: refuse up front."""
+    k_max = max((c.draft_max for c in configs), default=0)
+    for prompt, ids in zip(prompts, tokens):
+        need = len(ids) + settings.max_tokens + k_max + 1
+        if need > engine.n_ctx:
+            raise InputError(
+                f"prompt {prompt.id} needs {need} tokens of context ({len(ids)} prompt + {settings.max_tokens} generated + K) "
+                f"but the context holds {engine.n_ctx}",
+                f"raise --ctx-size to {need} or lower --max-tokens",
+            )
+
+
+class PairEngine:
+    """The bench's view of a loaded Pair: runs from empty caches, calibration, logits at a prefix."""
+
+    def __init__(self, pair, *, chat: bool = True):
+        self.pair = pair
+        self.chat = chat
+        self.n_ctx = pair.target_ctx.n_ctx
+        self.threads = pair.threads
+
+    def prompt_tokens(self, prompt: BenchPrompt) -> list[int]:
+        return self.pair.prompt_tokens(prompt.prompt, chat=self.chat, system=prompt.system)
+
+    def check(self, config: Config, generation: GenerationSettings) -> None:
+        """Build the configuration's loop once, so an unknown mode fails before anything is timed."""
+        self.pair.loop(generation, mode=config.mode)
+
+    def _reset(self) -> None:
+        """Empty both KV caches: every run then prefills its whole prompt, as a fresh request would."""
+        self.pair.target_ctx.trim(0)
+        if self.pair.draft_ctx is not None:
+            self.pair.draft_ctx.trim(0)
+
+    def run(self, tokens: list[int], config: Config, generation: GenerationSettings) -> tuple[list[int], str, Stats, list[StepSample]]:
+        self._reset()
+        loop = self.pair.loop(generation, mode=config.mode)
+        steps: list[StepSample] = []
+        chained = loop.on_step  # a mode's own hook (an adaptive controller) keeps working
+
+        def record(plan, accepted, draft_s, verify_s):
+            if chained is not None:
+                chained(plan, accepted, draft_s, verify_s)
+            steps.append(StepSample(plan.name, plan.k, len(plan.draft.tokens), accepted, draft_s, verify_s))
+
+        loop.on_step = record
+        out: list[int] = []
+        pieces: list[str] = []
+        for step in loop.run(tokens):
+            out.extend(step.tokens)
+            pieces.append(step.text)
+        return out, "".join(pieces), loop.stats, steps
+
+    def calibrate(self, tokens: list[int], batch_sizes: Sequence[int], reps: int) -> Calibration:
+        """Median seconds of a target pass per batch size and of one draft token, after the prompt.
+
+        Sizes are interleaved within each repetition, like the runs, and the cache is trimmed back
+        after every pass so each one sees the same context length.
+        """
+        costs = measure_costs(self.pair.target_ctx, self.pair.draft_ctx, tokens, batch_sizes, reps)
+        return Calibration(len(tokens), costs.verify_s.get(1, 0.0), costs.verify_s, costs.draft_token_s)
+
+    def output_rows(self, prompt: list[int], output: list[int]) -> np.ndarray:
+        """The target's logits at every output position, from one batched pass (engine.identity);
+        the prompt's prefill is kept for the next output of the same prompt."""
+        if self.pair.draft_ctx is not None:
+            self.pair.draft_ctx.trim(0)
+        return identity.output_rows(self.pair.target_ctx, prompt, output)
+
+    def logit_noise(self, tokens: list[int]) -> float:
+        """How far batching moves the target's top logits here (engine.identity.logit_noise)."""
+        self._reset()
+        return identity.logit_noise(self.pair.target_ctx, tokens)
+
+    def piece(self, token: int) -> str:
+        return self.pair.target_model.piece(token).decode("utf-8", "replace")

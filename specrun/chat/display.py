@@ -1,0 +1,324 @@
+"""How chat answers are shown: live on a terminal (rich), or plainly for scripts.
+
+On a terminal the answer streams to stdout with a status line (speed, acceptance, tokens per step,
+drafted/accepted, mode and K) drawn below it on stderr and redrawn in place; after each answer a
+one-line summary replaces it. Scripts get the bare answers on stdout and the summaries on stderr.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import shutil
+import sys
+import time
+from collections import deque
+from typing import TextIO
+
+from rich.console import Console
+from rich.text import Text
+
+from ..engine.loop import Step
+from ..errors import OutputClosed
+from ..terminal import StatusLine, isatty, same_terminal
+from .session import Answer, ChatSession, Turn
+
+STATUS_EVERY = 0.1  # seconds between recomputed status lines
+DRAFT_STYLE = "cyan"
+
+# control characters would move the cursor or recolour the terminal: show them as symbols instead
+_SAFE = {c: 0x2400 + c for c in range(0x20) if c not in (0x09, 0x0A)}
+_SAFE.update({0x0D: None, 0x7F: 0x2421, **{c: 0xFFFD for c in range(0x80, 0xA0)}})
+
+
+def label(mode: str, k: int) -> str:
+    """The mode and K as set."""
+    return "spec off" if mode == "off" else f"{mode} K={k}"
+
+
+def live_label(turn: Turn) -> str:
+    """What drafts right now: under auto, the controller's current choice."""
+    policy = getattr(turn.loop, "policy", None)
+    if turn.mode == "auto" and policy is not None:
+        return policy.label()
+    return label(turn.mode, turn.k)
+
+
+def final_label(answer: Answer) -> str:
+    """Under auto, how many steps each choice got; otherwise the mode and K."""
+    if answer.mode != "auto" or not answer.stats.by_drafter:
+        return label(answer.mode, answer.k)
+    return "auto: " + answer.stats.steps_by_drafter()
+
+
+def status_text(turn: Turn, elapsed: float) -> Text:
+    """The live line while an answer streams."""
+    stats = turn.loop.stats
+    generated = len(turn.loop.generated)
+    text = Text()
+    text.append(f"{stats.decode_rate_at(elapsed):.1f} tok/s", style="bold")
+    if stats.drafted:
+        rate = stats.accepted / stats.drafted
+        text.append(" · accept ")
+        text.append(f"{100 * rate:.0f}%", style="green" if rate >= 0.6 else "yellow" if rate >= 0.3 else "red")
+        text.append(f" ({stats.accepted}/{stats.drafted} drafted)")
+    else:
+        text.append(" · accept — (0/0 drafted)")
+    mean = (generated - 1) / stats.steps if stats.steps else None
+    text.append(f" · {mean:.2f} tok/step" if mean is not None else " · — tok/step")
+    text.append(f" · {live_label(turn)} · {generated} tok")
+    text.stylize("dim", 0, len(text))
+    return text
+
+
+def summary_line(answer: Answer) -> str:
+    """The one line after each answer."""
+    s = answer.stats
+    parts = [f"{s.generated_tokens} tok"]
+    if s.decode_tokens_per_second is not None:
+        parts.append(f"{s.decode_tokens_per_second:.1f} tok/s")
+    parts += [f"first token {s.time_to_first_token:.2f} s", f"total {s.total_time:.2f} s"]
+    if s.drafted:
+        parts.append(f"accept {100 * s.acceptance_rate:.0f}% ({s.accepted}/{s.drafted} drafted)")
+    if s.mean_tokens_per_step is not None:
+        parts.append(f"{s.mean_tokens_per_step:.2f} tok/step")
+    parts += [f"prompt {s.prompt_tokens} tok, {answer.prefilled} new", final_label(answer)]
+    if answer.interrupted:
+        parts.append("interrupted")
+    elif s.stop_reason == "context":
+        parts.append("context full")
+    elif s.stop_reason == "max_tokens":
+        parts.append("max tokens reached")
+    return " · ".join(parts)
+
+
+def totals_line(session: ChatSession) -> str:
+    t = session.totals.to_dict()
+    parts = [f"session: {t['turns']} answer{'' if t['turns'] == 1 else 's'}", f"{t['generated_tokens']} tok"]
+    if t["decode_tokens_per_s"]:
+        parts.append(f"{t['decode_tokens_per_s']:.1f} tok/s")
+    if t["acceptance_rate"] is not None:
+        parts.append(f"accept {100 * t['acceptance_rate']:.0f}% ({t['accepted']}/{t['drafted']} drafted)")
+    return " · ".join(parts)
+
+
+class DraftColours:
+    """Splits streamed text into the parts that came from accepted drafts and the target's own.
+
+    A step's first `accepted` tokens were drafted and accepted; the last is the target's. Text is
+    released in order but not token by token (split UTF-8, stop strings), so each token's character
+    count is queued and consumed as its text arrives.
+    """
+
+    def __init__(self, model) -> None:
+        self.model = model
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.queue: deque[list] = deque()  # [characters left, from a draft]
+
+    def split(self, step: Step) -> list[tuple[str, bool]]:
+        for i, token in enumerate(step.tokens):
+            chars = len(self.decoder.decode(self.model.piece(token)))
+            if chars:
+                self.queue.append([chars, i < step.accepted])
+        parts: list[tuple[str, bool]] = []
+        text = step.text
+        while text:
+            if not self.queue:
+                parts.append((text, False))
+                break
+            entry = self.queue[0]
+            take = min(entry[0], len(text))
+            if parts and parts[-1][1] == entry[1]:
+                parts[-1] = (parts[-1][0] + text[:take], entry[1])
+            else:
+                parts.append((text[:take], entry[1]))
+            text = text[take:]
+            entry[0] -= take
+            if not entry[0]:
+                self.queue.popleft()
+        return parts
+
+
+class TerminalDisplay:
+    """Live answers on a terminal: streamed text, a status line below it, a summary after."""
+
+    def __init__(self, model, *, show_drafts: bool = False, quiet: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None):
+        self.model = model
+        self.show_drafts = show_drafts
+        self.quiet = quiet
+        self.out = stdout or sys.stdout
+        self.err = stderr or sys.stderr
+        self.console = Console(file=self.out, highlight=False, soft_wrap=True, emoji=False)
+        self.console_err = Console(file=self.err, highlight=False, soft_wrap=True, emoji=False)
+        self.live = not quiet and isatty(self.err)
+        self.shared = self.live and same_terminal(self.out, self.err)
+        self.status_line = StatusLine(self.err, shared=self.shared)
+        self._line = ""
+        self.errors = 0
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def banner(self, session: ChatSession) -> None:
+        config = session.pair.config
+        models = f"target {config.target.name}" + (f" · draft {config.draft.name}" if config.draft else " · no draft")
+        self.console_err.print(Text(f"specrun chat · {models} · {label(session.mode, session.k)} · ctx {session.n_ctx}", style="bold"))
+        hints = '/help lists commands · """ starts a multi-line message · Ctrl-C stops an answer · Ctrl-D exits'
+        if self.show_drafts:
+            hints += " · text from accepted drafts is shown in " + DRAFT_STYLE
+        self.console_err.print(Text(hints, style="dim"))
+
+    def info(self, text: str) -> None:
+        self.console_err.print(Text(text))
+
+    def warn(self, text: str) -> None:
+        self.console_err.print(Text(text, style="yellow"))
+
+    def error(self, text: str) -> None:
+        self.errors += 1
+        self.console_err.print(Text(text, style="red"))
+
+    def farewell(self, session: ChatSession) -> None:
+        if session.totals.turns and not self.quiet:
+            self.console_err.print(Text(totals_line(session), style="dim"))
+
+    # -- answers -------------------------------------------------------------------------------
+
+    def begin_answer(self, turn: Turn) -> None:
+        self._started = time.perf_counter()
+        self._drawn_at = 0.0
+        self._colours = DraftColours(self.model) if self.show_drafts else None
+        self._ends_with_newline = True
+        if self.live:  # a long prompt takes a while before the first token: say what is happening
+            self._line = self._render(Text(f"reading {turn.prefilled} new prompt tokens… · {live_label(turn)}", style="dim"))
+            self._draw()
+
+    def step(self, step: Step, turn: Turn) -> None:
+        if step.text:
+            self._write(step)
+        elif self._colours is not None:
+            self._colours.split(step)  # tokens whose text is still held back: queue their sizes
+        if not self.live:
+            return
+        now = time.perf_counter()
+        if now - self._drawn_at >= STATUS_EVERY:
+            self._line = self._render(status_text(turn, now - self._started))
+            self._drawn_at = now
+        self._draw()
+
+    def end_answer(self, answer: Answer) -> None:
+        self._clear()
+        if not self._ends_with_newline:
+            self.out.write("\n")
+            self.out.flush()
+        if answer.error:
+            self.error(answer.error)
+        if answer.interrupted:
+            self.console_err.print(Text("[interrupted: the partial answer stays in the conversation]", style="dim"))
+        if not self.quiet:
+            self.console_err.print(Text(summary_line(answer), style="dim"))
+        self.console_err.print()
+
+    def before_prompt(self) -> None:
+        self._clear()
+
+    # -- the status line -----------------------------------------------------------------------
+
+    def _write(self, step: Step) -> None:
+        """Stream text below which the status line sits; it is cleared first, as text may wrap onto it
+        (cell widths of arbitrary text cannot be predicted reliably), and redrawn after."""
+        self._clear()
+        text = step.text.translate(_SAFE)
+        if self._colours is not None:
+            styled = Text()
+            for part, drafted in self._colours.split(step):
+                styled.append(part.translate(_SAFE), style=DRAFT_STYLE if drafted else None)
+            self.console.print(styled, end="")
+        else:
+            self.out.write(text)
+        self.out.flush()
+        if text:
+            self._ends_with_newline = text.endswith("\n")
+
+    def _render(self, text: Text) -> str:
+        width = shutil.get_terminal_size().columns
+        text.truncate(max(10, width - 1), overflow="ellipsis")
+        with self.console_err.capture() as captured:
+            self.console_err.print(text, end="")
+        return captured.get()
+
+    def _draw(self) -> None:
+        self.status_line.draw(self._line)
+
+    def _clear(self) -> None:
+        self.status_line.clear()
+
+
+class PlainDisplay:
+    """Scripts: answers as they stream to stdout, one per message; summaries to stderr."""
+
+    def __init__(self, *, quiet: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None):
+        self.out = stdout or sys.stdout
+        self.err = stderr or sys.stderr
+        self.quiet = quiet
+        self.errors = 0
+
+    def banner(self, session: ChatSession) -> None:
+        pass
+
+    def info(self, text: str) -> None:
+        self._err(text)
+
+    def warn(self, text: str) -> None:
+        self._err(text)
+
+    def error(self, text: str) -> None:
+        self.errors += 1
+        self._err(f"specrun: error: {text}")
+
+    def farewell(self, session: ChatSession) -> None:
+        if session.totals.turns and not self.quiet:
+            self._err(totals_line(session))
+
+    def begin_answer(self, turn: Turn) -> None:
+        self._ends_with_newline = True
+
+    def step(self, step: Step, turn: Turn) -> None:
+        if step.text:
+            self._out(step.text)
+            self._ends_with_newline = step.text.endswith("\n")
+
+    def end_answer(self, answer: Answer) -> None:
+        if not self._ends_with_newline:
+            self._out("\n")
+        if answer.error:
+            self.error(answer.error)
+        if not self.quiet:
+            self._err(summary_line(answer))
+
+    def _out(self, text: str) -> None:
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError as error:
+            raise OutputClosed() from error
+
+    def _err(self, text: str) -> None:
+        self.err.write(text + "\n")
+        self.err.flush()
+
+
+class JsonlDisplay(PlainDisplay):
+    """--jsonl: each answer as one JSON message line on stdout, written when it is complete."""
+
+    def step(self, step: Step, turn: Turn) -> None:
+        pass
+
+    def end_answer(self, answer: Answer) -> None:
+        message = {"role": "assistant", "content": answer.text}
+        if answer.interrupted:
+            message["interrupted"] = True
+        self._out(json.dumps(message, ensure_ascii=False) + "\n")
+        if answer.error:
+            self.error(answer.error)
+        if not self.quiet:
+            self._err(summary_line(answer))

@@ -1,0 +1,105 @@
+"""What to draft each step: a fixed drafter and K, or the `auto` controller's choice.
+
+The loop asks a policy for a Plan before each step (the draft in hand, which drafter made it, and
+the K it was allowed) and reports back what the step cost and how much was accepted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..drafting.model import Draft, Drafter
+from .control import Controller
+
+
+@dataclass
+class Plan:
+    """One step's proposal: `name` is the drafter behind it (None: plain decoding)."""
+
+    name: str | None
+    k: int
+    draft: Draft = field(default_factory=Draft)
+    source: Drafter | None = None  # gets feedback on how many tokens were accepted
+
+
+def prefill_drafter(drafter: Drafter | None, prompt: Sequence[int]) -> None:
+    """Drafters with a KV cache of their own take the prompt now; model-free ones need nothing."""
+    prefill = getattr(drafter, "prefill", None)
+    if prefill is not None:
+        prefill(prompt)
+
+
+class FixedPolicy:
+    """Always the same drafter with up to K tokens (`off` when the drafter is None)."""
+
+    def __init__(self, drafter: Drafter | None, k: int):
+        self.drafter = drafter
+        self.k = k if drafter is not None else 0
+
+    def plan(self, history: Sequence[int], budget: int) -> Plan:
+        k = min(self.k, budget)
+        if self.drafter is None or k <= 0:
+            return Plan(None, 0)
+        draft = self.drafter.propose(history, k)
+        name = getattr(getattr(self.drafter, "source", None), "name", None) or self.drafter.name
+        return Plan(name, k, draft, self.drafter)
+
+    def prefill(self, prompt: Sequence[int]) -> None:
+        """Let a model drafter read the prompt during the prefill (it counts in time to first token)."""
+        prefill_drafter(self.drafter, prompt)
+
+    def observe(self, plan: Plan, accepted: int, t_draft: float, t_verify: float) -> None:
+        """Fixed policies do not adapt."""
+
+    def label(self) -> str:
+        if self.drafter is None:
+            return "plain"
+        return f"{self.drafter.name} K={self.k}"
+
+    def summary(self) -> dict | None:
+        return None
+
+
+class AutoPolicy:
+    """The controller picks plain decoding, prompt lookup or the draft model, and K, every step.
+
+    Prompt lookup is asked first (it costs microseconds) so the controller can judge the match in
+    hand; the draft model is only run when the controller picks it.
+    """
+
+    def __init__(self, controller: Controller, lookup: Drafter, model: Drafter | None):
+        self.controller = controller
+        self.lookup = lookup
+        self.model = model
+        self.last = "auto: measuring"
+
+    def plan(self, history: Sequence[int], budget: int) -> Plan:
+        cap = min(self.controller.k_max, budget)
+        hint = self.lookup.propose(history, cap) if cap > 0 else Draft()
+        choice = self.controller.choose(hint.confidence or [])
+        k = min(choice.k, budget)
+        self.last = f"auto: {choice.label()}"
+        if choice.drafter is None or k <= 0:
+            return Plan(None, 0)
+        if choice.drafter == self.lookup.name:
+            kept = hint.tokens[:k]
+            return Plan(self.lookup.name, k, Draft(kept, None, (hint.confidence or [])[: len(kept)]), self.lookup)
+        drafter = self.model
+        return Plan(drafter.name, k, drafter.propose(history, k), drafter)
+
+    def prefill(self, prompt: Sequence[int]) -> None:
+        """The draft model reads the prompt only if it may be used: a drafter the measured costs
+        rule out would only delay the first token."""
+        if self.model is not None and not self.controller.hopeless(self.model.name):
+            prefill_drafter(self.model, prompt)
+
+    def observe(self, plan: Plan, accepted: int, t_draft: float, t_verify: float) -> None:
+        drafted = len(plan.draft.tokens)
+        self.controller.observe_step(plan.name, plan.k, drafted, accepted, t_draft, t_verify, drafted + 1)
+
+    def label(self) -> str:
+        return self.last
+
+    def summary(self) -> dict:
+        return self.controller.summary()

@@ -1,0 +1,185 @@
+"""Prompt lookup: draft by copying what followed the latest earlier occurrence of the history's end.
+
+Answers that quote the prompt (code edits, summaries, reformatting) repeat long stretches of it, and
+finding them costs microseconds instead of a draft model's decode per token.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .copy_cursor import CopyCursor
+from .model import Draft
+from .ngram_index import NgramIndex, common_prefix
+
+
+class PromptLookupDrafter:
+    """Proposes the continuation of the copy the answer is making of earlier text, else of the
+    longest, then most recent, n-gram match of the history's end.
+
+    The copy is followed through edits by a `CopyCursor` (off with `follow_copies=False`): it knows
+    where in the prompt the answer is, resumes there after a changed token, and repeats the changes
+    it has seen. A copy found again after a change (an edit of the source) may draft up to
+    `max_draft` tokens. A match of n tokens, or a copy found by chance that has run n tokens, may
+    draft up to `draft_length(n)` = 2^(n-1) tokens (capped by `max_draft` and k): one matching token
+    is weak evidence, a long match usually means the text is being copied. Matches up to 8 tokens
+    are looked for because code repeats short runs (indentation, `self.`, closing brackets) in many
+    places, and only a longer match finds the place actually being copied. Copying runs on through
+    its own draft, so a repeating pattern continues past the history's end.
+
+    Confidence is the chance that each drafted token is accepted, estimated from recent outcomes
+    per kind of evidence: the match length n of an n-gram match, or the tokens an edit copy has run
+    since it was last found, in buckets of run length (priors in `_prior`). Outcomes come
+    from `feedback`, or, when the draft got none (a hybrid or the auto controller chose another
+    option, or cut the draft to nothing), from comparing it with the tokens the history gained
+    since: the target's own tokens are what a verifier would have checked it against, so the
+    estimate stays calibrated while the lookup sits unused.
+    """
+
+    name = "ngram"
+
+    def __init__(
+        self,
+        ngram_min: int = 1,
+        ngram_max: int = 8,
+        max_draft: int = 16,
+        *,
+        decay: float = 0.95,
+        prior_weight: float = 4.0,
+        follow_copies: bool = True,
+    ):
+        self.index = NgramIndex(ngram_min, ngram_max)
+        self.cursor = CopyCursor(self.index) if follow_copies else None
+        self.max_draft = max_draft
+        self.decay = decay
+        self.prior_weight = prior_weight
+        # Per kind of evidence: the first drafted token, and the tokens after an accepted one, apart:
+        # matches either fail at once or copy a long run, which one rate per token misjudges.
+        self._first: dict[tuple[str, int], list[float]] = {}  # [successes, trials]
+        self._rest: dict[tuple[str, int], list[float]] = {}
+        self._pending: tuple[int, tuple[str, int], list[int]] | None = None  # (history length, evidence, tokens)
+
+    def draft_length(self, n: int) -> int:
+        """Most tokens a match of length n may draft."""
+        return min(self.max_draft, 2 ** (n - 1))
+
+    def confidence(self, n: int, position: int = 2, kind: str = "match") -> float:
+        """Estimated acceptance of the drafted token at `position`, given that the tokens before it
+        were accepted, for a match of length n (kind "match") or a copy that has run n tokens
+        ("copy"). The first token is estimated apart from the rest; a later token of a copy is
+        judged as a copy that has run that much further."""
+        key = (kind, n) if position == 1 else self._rest_key(kind, n, position)
+        successes, trials = (self._first if position == 1 else self._rest).get(key, (0.0, 0.0))
+        w = self.prior_weight
+        return (successes + w * _prior(key[1], first=position == 1)) / (trials + w)
+
+    def confidences(self, n: int, length: int, kind: str = "match") -> list[float]:
+        return [self.confidence(n, j, kind) for j in range(1, length + 1)]
+
+    @staticmethod
+    def _rest_key(kind: str, n: int, position: int) -> tuple[str, int]:
+        """The estimate a token after the first uses: its match's own, or, in a copy, that of a
+        copy which has run the tokens before it."""
+        if kind == "match":
+            return kind, n
+        return "copy", _run_bucket(n + position - 1)
+
+    def propose(self, history: Sequence[int], k: int) -> Draft:
+        keep = self.index.sync(history)
+        if self.cursor is not None:
+            self.cursor.follow(keep)
+        self._check_unused(keep)
+        if k <= 0:
+            return Draft()
+        out, evidence = self._copy(k) or self._match(k) or ([], None)
+        if not out:
+            return Draft()
+        self._pending = (len(self.index.tokens), evidence, out)
+        return Draft(out, None, self.confidences(evidence[1], len(out), evidence[0]))
+
+    def _copy(self, k: int) -> tuple[list[int], tuple[str, int]] | None:
+        """The cursor's draft. A copy found anywhere by its last few tokens is judged and sized as
+        a match of as many tokens as it has run (code and prose repeat short stretches by chance);
+        one found again right after a change is an edit of the source and may draft as far as
+        allowed, judged by the estimates of such copies."""
+        cursor = self.cursor
+        if cursor is None:
+            return None
+        if cursor.synced and cursor.found_near:
+            evidence, limit = ("copy", _run_bucket(cursor.run)), self.max_draft
+        elif cursor.synced:
+            n = min(cursor.run, self.index.n_max)
+            evidence, limit = ("match", n), self.draft_length(n)
+        else:
+            return None
+        out = cursor.draft(min(k, limit))
+        return (out, evidence) if out else None
+
+    def _match(self, k: int) -> tuple[list[int], tuple[str, int]] | None:
+        match = self.index.longest_match()
+        if match is None:
+            return None
+        n, end = match
+        tokens = self.index.tokens
+        size = len(tokens)
+        out: list[int] = []
+        for i in range(min(k, self.draft_length(n))):
+            src = end + i
+            out.append(tokens[src] if src < size else out[src - size])
+        return out, ("match", n)
+
+    def feedback(self, drafted: int, accepted: int) -> None:
+        """Learn from the verified outcome of the last proposal."""
+        if self._pending is not None:
+            _, evidence, _ = self._pending
+            self._pending = None
+            self._learn(evidence, accepted, failed=accepted < drafted)
+
+    def _check_unused(self, keep: int) -> None:
+        """Score a proposal that got no feedback against the tokens that followed it."""
+        if self._pending is None:
+            return
+        start, evidence, draft = self._pending
+        self._pending = None
+        if keep < start:
+            return  # the history was rewritten: the outcome is unknown
+        actual = self.index.tokens[start : start + len(draft)]
+        matched = common_prefix(draft, actual)
+        if actual:
+            self._learn(evidence, matched, failed=matched < len(actual))
+
+    def _learn(self, evidence: tuple[str, int], successes: int, failed: bool) -> None:
+        for table in (self._first, self._rest):
+            for row in table.values():
+                row[0] *= self.decay
+                row[1] *= self.decay
+        kind, n = evidence
+        first = self._first.setdefault(evidence, [0.0, 0.0])
+        first[1] += 1
+        if not successes:
+            return
+        first[0] += 1
+        for position in range(2, successes + 2 if failed else successes + 1):
+            row = self._rest.setdefault(self._rest_key(kind, n, position), [0.0, 0.0])
+            row[1] += 1
+            row[0] += position <= successes
+
+
+RUN_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # copy runs are estimated by these lower bounds
+
+
+def _run_bucket(run: int) -> int:
+    """The largest bucket bound not above `run`."""
+    bucket = 0
+    for bound in RUN_BUCKETS:
+        if run >= bound:
+            bucket = bound
+    return bucket
+
+
+def _prior(n: int, first: bool) -> float:
+    """Acceptance before any outcome: n/(n+2) for the first token of a match of n tokens, or of a
+    copy that has run n tokens, and n/(n+1) after it. A copy is a match grown long: it is trusted
+    only as far as it has run, since copies found by chance (in code written from scratch, in
+    prose) are many and short."""
+    return n / (n + 2) if first else n / (n + 1)

@@ -18,6 +18,8 @@ DRAFT_P_MIN = 0.0  # stop drafting when the draft's top probability falls below 
 NGRAM_MIN = 1  # prompt lookup matches the history's last NGRAM_MIN..NGRAM_MAX tokens
 NGRAM_MAX = 8
 CTX_SIZE = 4096
+BENCH_MAX_TOKENS = 128  # tokens per benchmark run
+BENCH_RUNS = 3  # measured repetitions per prompt and configuration
 N_BATCH = 512  # prompt tokens decoded per llama_decode call
 
 

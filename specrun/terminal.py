@@ -13,9 +13,11 @@ import os
 import sys
 from typing import Callable, Iterator, TextIO
 
+from .engine.stats import Stats
 from .errors import OutputClosed
 
 SAVE, RESTORE, DOWN, UP, CLEAR = "\x1b7", "\x1b8", "\x1bD", "\x1bM", "\r\x1b[K"
+Progress = Callable[..., None]  # (label, done, total, detail=""): see progress_display
 
 
 def same_terminal(a: TextIO, b: TextIO) -> bool:
@@ -111,47 +113,63 @@ class Output:
         self._write_out(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
     def _write_out(self, text: str) -> None:
-        """Write to stdout; a closed reader becomes OutputClosed (click would turn it into exit 1)."""
-        try:
-            self.out.write(text)
-            self.out.flush()
-        except BrokenPipeError as error:
-            raise OutputClosed() from error
+        write_out(self.out, text)
+
+
+def write_out(stream: TextIO, text: str) -> None:
+    """Write and flush; a closed reader becomes OutputClosed (click would turn it into exit 1)."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError as error:
+        raise OutputClosed() from error
 
 
 @contextlib.contextmanager
-def progress_display(stream=None) -> Iterator[Callable[[str, int, "int | None"], None]]:
-    """A progress hook for fetch/assembly: a rich bar on a terminal, start/finish lines otherwise."""
+def progress_display(stream=None, *, unit: str = "bytes", quiet: bool = False) -> Iterator[Progress]:
+    """A progress hook `(label, done, total, detail="")` for long work: a rich bar on a terminal,
+    a line per new label otherwise (and `label: done` when a download completes); nothing when
+    quiet. unit "bytes" shows sizes and transfer speed (downloads, assembling models); "steps"
+    shows done/total and elapsed time (a benchmark's phases)."""
     stream = stream or sys.stderr
+    if quiet:
+        yield lambda *_args: None
+        return
     if isatty(stream):
         from rich.console import Console
         from rich.progress import (
             BarColumn,
             DownloadColumn,
-            Progress,
+            MofNCompleteColumn,
             TextColumn,
+            TimeElapsedColumn,
             TimeRemainingColumn,
             TransferSpeedColumn,
         )
+        from rich.progress import Progress as Bar
 
+        counts = (DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn()) if unit == "bytes" else (MofNCompleteColumn(), TimeElapsedColumn())
         tasks: dict[str, int] = {}
-        columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
-        with Progress(*columns, console=Console(file=stream), transient=True) as bar:
+        with Bar(TextColumn("{task.description}"), BarColumn(), *counts, console=Console(file=stream), transient=True) as bar:
 
-            def hook(label: str, done: int, total: int | None) -> None:
-                if label not in tasks:
-                    tasks[label] = bar.add_task(label, total=total)
-                bar.update(tasks[label], completed=done, total=total)
+            def update(label: str, done: int, total: int | None, detail: str = "") -> None:
+                key = label if unit == "bytes" else "steps"  # one bar for all of a benchmark's phases
+                if key not in tasks:
+                    tasks[key] = bar.add_task(label, total=total)
+                bar.update(tasks[key], completed=done, total=total, description=f"{label}: {detail}" if detail else label)
 
-            yield hook
+            yield update
         return
     started: set[str] = set()
 
-    def lines(label: str, done: int, total: int | None) -> None:
+    def lines(label: str, done: int, total: int | None, detail: str = "") -> None:  # noqa: ARG001 - hook signature
         if label not in started:
             started.add(label)
-            stream.write(f"{label}{f' ({human_size(total)})' if total else ''}…\n")
-        elif total and done >= total:
+            if unit == "bytes":
+                stream.write(f"{label}{f' ({human_size(total)})' if total else ''}…\n")
+            else:
+                stream.write(f"{label} ({done}/{total})\n")
+        elif unit == "bytes" and total and done >= total:
             stream.write(f"{label}: done\n")
         stream.flush()
 
@@ -169,3 +187,46 @@ def human_size(size: int | None) -> str:
     if size is None:
         return "?"
     return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+
+
+# ---- the figures of a generation, as run and chat show them ---------------------------------------
+
+
+def status_parts(stats: Stats, elapsed: float, label: str) -> list[tuple[str, str | None]]:
+    """The live line while an answer streams, as (text, style) parts: speed, acceptance (styled by
+    how good it is), tokens per step, what drafts now, tokens so far."""
+    parts: list[tuple[str, str | None]] = [(f"{stats.decode_rate_at(elapsed):.1f} tok/s", "bold")]
+    if stats.drafted:
+        rate = stats.accepted / stats.drafted
+        parts.append((f"accept {100 * rate:.0f}% ({stats.accepted}/{stats.drafted} drafted)",
+                      "green" if rate >= 0.6 else "yellow" if rate >= 0.3 else "red"))
+    else:
+        parts.append(("accept — (0/0 drafted)", None))
+    mean = stats.mean_tokens_per_step
+    parts.append((f"{mean:.2f} tok/step" if mean is not None else "— tok/step", None))
+    parts += [(label, None), (f"{stats.generated_tokens} tok", None)]
+    return parts
+
+
+def status_line(stats: Stats, elapsed: float, label: str) -> str:
+    return " · ".join(text for text, _ in status_parts(stats, elapsed, label))
+
+
+def summary_parts(stats: Stats) -> list[str]:
+    """The figures of a finished generation, for its one-line summary."""
+    parts = [f"{stats.generated_tokens} tok"]
+    if stats.decode_tokens_per_second is not None:
+        parts.append(f"{stats.decode_tokens_per_second:.1f} tok/s")
+    parts += [f"first token {stats.time_to_first_token:.2f} s", f"total {stats.total_time:.2f} s"]
+    if stats.drafted:
+        parts.append(f"accept {100 * stats.acceptance_rate:.0f}% ({stats.accepted}/{stats.drafted} drafted)")
+    if stats.mean_tokens_per_step is not None:
+        parts.append(f"{stats.mean_tokens_per_step:.2f} tok/step")
+    return parts
+
+
+def mode_label(stats: Stats, mode: str, label: str) -> str:
+    """What drafted: the fixed mode's label, or under auto how many steps each choice got."""
+    if mode != "auto" or not stats.by_drafter:
+        return label
+    return "auto: " + stats.steps_by_drafter()

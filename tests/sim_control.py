@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Sequence
 
 from specrun.engine.auto.control import Choice, Controller
+from specrun.engine.auto.estimates import CostCurve
 
 DRAFTERS = ("ngram", "draft", "hybrid")  # the fixed modes
 AUTO_DRAFTERS = ("ngram", "draft")
 CPU_VERIFY = {1: 1.0, 2: 1.49, 5: 2.07}  # measured: verify cost in plain decodes, by batch size
+FAR = 64  # batch size up to which `verify_slope` continues the measured points
 
 
 @dataclass(frozen=True)
@@ -28,16 +31,15 @@ class Costs:
     verify_slope: float = 0.27  # plain decodes per extra token beyond the measured points
     noise: float = 0.03  # relative timing jitter
 
+    @cached_property
+    def curve(self) -> CostCurve:
+        """The points, continued beyond the last one by `verify_slope`, in plain decodes."""
+        last = max(self.verify_points)
+        far = {FAR: self.verify_points[last] + self.verify_slope * (FAR - last)} if last < FAR else {}
+        return CostCurve.of({**self.verify_points, **far})
+
     def verify(self, n: int) -> float:
-        xs = sorted(self.verify_points)
-        if n >= xs[-1]:
-            multiple = self.verify_points[xs[-1]] + self.verify_slope * (n - xs[-1])
-        else:
-            hi = next(x for x in xs if x >= n)
-            lo = max(x for x in xs if x <= n)
-            y0, y1 = self.verify_points[lo], self.verify_points[hi]
-            multiple = y0 if hi == lo else y0 + (y1 - y0) * (n - lo) / (hi - lo)
-        return self.plain * multiple
+        return self.plain * self.curve(n)
 
 
 GPU = Costs(plain=0.020, draft_token=0.001, verify_points={1: 1.0}, verify_slope=0.02)

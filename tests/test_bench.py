@@ -41,6 +41,7 @@ from specrun.bench.runner import (
     run_bench,
     schedule,
 )
+from specrun.engine.loop import GenerationSettings
 from specrun.engine.stats import Stats
 from specrun.errors import EXIT_USAGE, InputError
 
@@ -61,6 +62,7 @@ class FakeEngine:
     that configuration emits 999 instead. Decode times come from `times[config id]`, one per call."""
 
     n_ctx = 256
+    threads = 1
     VOCAB = 1000
 
     def __init__(self, plant=None, times=None, bad_mode=None):
@@ -146,7 +148,7 @@ def test_run_bench_warms_up_calibrates_then_runs_interleaved_with_fixed_seeds():
     engine = FakeEngine()
     ps = prompts(("a" * 30, "qa"), ("b" * 20, "qa"))
     configs = configurations(["off", "draft"], [3], [0.0])
-    run_bench(engine, ps, configs, BenchSettings(runs=2, warmup=1, max_tokens=24, seed=7))
+    run_bench(engine, ps, configs, BenchSettings(runs=2, warmup=1, base=GenerationSettings(max_tokens=24, seed=7)))
     kinds = [c[0] for c in engine.calls]
     assert kinds[:3] == ["run", "run", "calibrate"]
     warm = engine.calls[:2]
@@ -167,7 +169,7 @@ def test_unknown_mode_fails_before_anything_runs():
 def test_prompt_longer_than_the_context_is_refused_up_front():
     engine = FakeEngine()
     with pytest.raises(InputError, match="needs 301 tokens") as caught:
-        run_bench(engine, prompts(("a" * 200, "qa")), configurations(["off"], [1], [0.0]), BenchSettings(max_tokens=100))
+        run_bench(engine, prompts(("a" * 200, "qa")), configurations(["off"], [1], [0.0]), BenchSettings(base=GenerationSettings(max_tokens=100)))
     assert "--ctx-size" in caught.value.hint and engine.calls == []
 
 
@@ -192,7 +194,7 @@ def test_medians_ranges_and_speedups_from_interleaved_runs():
     engine = FakeEngine(times={"off-t0": queue(plain), "draft-k2-t0": queue(spec)})
     ps = prompts(("a" * 5, "code"), ("b" * 6, "qa"))
     configs = configurations(["off", "draft"], [2], [0.0])
-    doc = fake_doc(run_bench(engine, ps, configs, BenchSettings(runs=3, warmup=0, max_tokens=32)))
+    doc = fake_doc(run_bench(engine, ps, configs, BenchSettings(runs=3, warmup=0, base=GenerationSettings(max_tokens=32))))
     rows = {(r["prompt_id"], r["config"]): r for r in doc["prompts"]}
     plain0, spec0, spec1 = rows[("code/0", "off-t0")], rows[("code/0", "draft-k2-t0")], rows[("qa/1", "draft-k2-t0")]
     assert plain0["runs"] == 3
@@ -220,7 +222,7 @@ def test_medians_ranges_and_speedups_from_interleaved_runs():
 def test_acceptance_alpha_and_cost_model_in_rows():
     engine = FakeEngine()
     configs = configurations(["off", "draft"], [4], [0.0])
-    doc = fake_doc(run_bench(engine, prompts(("a" * 5, "qa")), configs, BenchSettings(runs=1, warmup=0, max_tokens=32)))
+    doc = fake_doc(run_bench(engine, prompts(("a" * 5, "qa")), configs, BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=32))))
     row = next(r for r in doc["categories"] if r["category"] == "qa" and r["mode"] == "draft")
     # every step drafts 4 and accepts 2: acceptance 2/4, α = 2 / 3 judged positions
     assert row["acceptance_rate"] == 0.5
@@ -271,7 +273,7 @@ def test_identity_check_reports_a_planted_divergence_with_its_margin():
     ps = prompts(("a" * 5, "code"), ("b" * 6, "qa"))
     engine = FakeEngine(plant={("draft-k2-t0", 6): 3})
     engine.calls_prompt_len = 6
-    doc = fake_doc(run_bench(engine, ps, configs, BenchSettings(runs=2, warmup=0, max_tokens=24)))
+    doc = fake_doc(run_bench(engine, ps, configs, BenchSettings(runs=2, warmup=0, base=GenerationSettings(max_tokens=24))))
     check = doc["correctness"]
     assert (check["checked"], check["identical"], check["diverged"]) == (4, 2, 2)
     first = check["divergences"][0]
@@ -356,7 +358,7 @@ def test_contention_and_spread_raise_warnings():
 
     engine = FakeEngine(times={"off-t0": [1.0, 2.0]})
     result = run_bench(engine, prompts(("a" * 5, "qa")), configurations(["off"], [1], [0.0]),
-                       BenchSettings(runs=2, warmup=0, max_tokens=20))
+                       BenchSettings(runs=2, warmup=0, base=GenerationSettings(max_tokens=20)))
     for r in result.records:
         r.stats.llama_decode_time = 1.0  # one second in llama.cpp each
     result.threads, result.measure_s = 2, 3.0
@@ -381,7 +383,7 @@ def fake_document():
     configs = configurations(["off", "draft"], [1, 2], [0.0])
     engine = FakeEngine()
     return fake_doc(run_bench(engine, prompts(("a" * 5, "code"), ("b" * 6, "qa")), configs,
-                              BenchSettings(runs=1, warmup=0, max_tokens=20)))
+                              BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=20))))
 
 
 def test_csv_and_markdown_render_every_row(fake_document):
@@ -544,7 +546,7 @@ def test_pair_engine_calibrates_and_runs_from_empty_caches(tiny_target, tiny_dra
         cal = engine.calibrate(tokens, [1, 2, 3], reps=1)
         assert set(cal.verify_s) == {1, 2, 3} and cal.plain_s == cal.verify_s[1] and cal.draft_token_s > 0
         assert pair.target_ctx.tokens == [] and pair.draft_ctx.tokens == []
-        settings = BenchSettings(max_tokens=8, ignore_eos=True)
+        settings = BenchSettings(base=GenerationSettings(max_tokens=8, ignore_eos=True))
         first = engine.run(tokens, Config("draft", 2), settings.generation(Config("draft", 2), 0))
         again = engine.run(tokens, Config("draft", 2), settings.generation(Config("draft", 2), 0))
         assert first[0] == again[0] and len(first[0]) == 8 and first[3]
@@ -580,7 +582,7 @@ class NoisyEngine(FakeEngine):
 def test_identity_check_reads_past_the_first_divergence_and_counts_violations():
     configs = configurations(["draft"], [2], [0.0])
     engine = NoisyEngine()
-    doc = fake_doc(run_bench(engine, prompts(("a" * 5, "code")), configs, BenchSettings(runs=1, warmup=0, max_tokens=24)))
+    doc = fake_doc(run_bench(engine, prompts(("a" * 5, "code")), configs, BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=24))))
     check = doc["correctness"]
     assert check["violations"] == 1 and check["ties"] == 1
     kinds = {(f["kind"], f["position"], f["chosen"]["token"]) for f in check["findings"]}

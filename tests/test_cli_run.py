@@ -36,7 +36,7 @@ def test_argument_prompt_streams_text_and_summarises_on_stderr(tiny_target, tiny
     result = specrun("run", "hello", *models(tiny_target, tiny_draft), "-n", "12", *GREEDY, "--spec", "draft")
     assert result.returncode == 0
     assert result.stdout and "Traceback" not in result.stderr
-    assert "12 tokens" in result.stderr and "accept" in result.stderr
+    assert "12 tok · " in result.stderr and "accept" in result.stderr
 
 
 def test_quiet_drops_the_summary(tiny_target):
@@ -184,7 +184,7 @@ def test_ctrl_c_flushes_partial_text_and_summary_then_exits_130(tiny_target):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert len(out) > size - 64  # what waited in the pipe, then the text held back, all flushed
-    generated = int(re.search(rb"(\d+) tokens in", err).group(1))
+    generated = int(re.search(r"(\d+) tok · ", err.decode()).group(1))
     assert generated < 6000
     plain = subprocess.run([sys.executable, "-m", "specrun", "run", "hi", "--target", str(tiny_target), *LONG[:2], "-n",
                             str(generated), *LONG[4:]], capture_output=True, env=ENV, timeout=120)

@@ -61,8 +61,8 @@ def test_profile_matches_the_formula_and_the_costs():
     tokens, seconds = c.profile("ngram")[3]
     assert tokens == pytest.approx(3.0, abs=0.05)
     assert seconds == pytest.approx(0.001 + CPU.verify(3), rel=0.03)
-    assert c.estimate("ngram", 4) == pytest.approx(tokens / seconds)
-    assert c.estimate(None, 0) == pytest.approx(1 / CPU.verify(1))
+    assert c.rates("ngram")[3] == pytest.approx(tokens / seconds)
+    assert c.plain_rate() == pytest.approx(1 / CPU.verify(1))
 
 
 # -- decisions ----------------------------------------------------------------------------------

@@ -42,15 +42,15 @@ def test_pair_measures_costs_once_then_reads_them(tmp_path, monkeypatch, tiny_ta
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     notices: list[str] = []
     first = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
-    costs = first.decode_costs()
+    costs = first.speculation.decode_costs()
     first.close()
     assert len(notices) == 1 and "measuring decode costs" in notices[0]
     assert {1, 2, 5, 15, 16, 17, 31, 32} <= set(costs.verify_s) and costs.draft_token_s > 0
     second = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
     try:
-        assert second.decode_costs() == costs and len(notices) == 1
+        assert second.speculation.decode_costs() == costs and len(notices) == 1
         other_threads = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=2), warn=notices.append)
-        other_threads.decode_costs()
+        other_threads.speculation.decode_costs()
         other_threads.close()
         assert len(notices) == 2  # another thread count is another machine configuration
     finally:

@@ -144,7 +144,7 @@ def first_two_distribution(pair: Pair, prompt: list[int], sampling: SamplingPara
 @pytest.mark.parametrize("mode", ["ngram", "auto"])
 def test_the_lookup_matches_the_ngram_range_of_the_settings(close_pair, mode):
     settings = GenerationSettings(ngram_min=2, ngram_max=5)
-    policy = close_pair.policy(mode, settings, np.random.default_rng(0))
+    policy = close_pair.speculation.policy(mode, settings, np.random.default_rng(0))
     lookup = policy.drafter if mode == "ngram" else policy.lookup
     assert (lookup.index.n_min, lookup.index.n_max) == (2, 5)
 
@@ -189,10 +189,10 @@ GPU_LIKE = DecodeCosts({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, 0.
 def gpu_like(draft_pair):
     """Costs as on a GPU, where a verify batch costs about one token, so auto drafts (as the tiny
     models on a CPU might not); the controller then learns from the steps it times."""
-    saved = draft_pair._costs, draft_pair._auto
-    draft_pair._costs, draft_pair._auto = GPU_LIKE, None
+    saved = draft_pair.speculation.costs, draft_pair.speculation.auto
+    draft_pair.speculation.costs, draft_pair.speculation.auto = GPU_LIKE, None
     yield draft_pair
-    draft_pair._costs, draft_pair._auto = saved
+    draft_pair.speculation.costs, draft_pair.speculation.auto = saved
 
 
 @pytest.mark.parametrize("mode", ["draft", "ngram", "hybrid", "auto"])
@@ -255,20 +255,20 @@ def test_sampled_first_two_tokens_follow_the_target_distribution_in_every_mode(c
     text = "".join(chr(c) for c in range(33, 127))
     prompt = close_pair.prompt_tokens(text, chat=False)
     exact = first_two_distribution(close_pair, prompt, sampling)
-    saved = close_pair._costs, close_pair._auto
-    close_pair._costs, close_pair._auto = GPU_LIKE, None
+    saved = close_pair.speculation.costs, close_pair.speculation.auto
+    close_pair.speculation.costs, close_pair.speculation.auto = GPU_LIKE, None
     try:
         runs = 1500
         counts = dict.fromkeys(exact, 0)
         drafted = 0
         for seed in range(runs):
-            close_pair._auto = None  # auto starts afresh from GPU-like costs: it drafts, then learns
+            close_pair.speculation.auto = None  # auto starts afresh from GPU-like costs: it drafts, then learns
             loop = close_pair.loop(settings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2), mode=mode)
             tokens = [t for s in loop.run(prompt) for t in s.tokens]
             counts[(tokens[0], tokens[1])] += 1
             drafted += loop.stats.drafted
     finally:
-        close_pair._costs, close_pair._auto = saved
+        close_pair.speculation.costs, close_pair.speculation.auto = saved
     assert drafted > runs // 10  # the drafter really proposed, in many runs
     chi2 = sum((counts[c] - runs * p) ** 2 / (runs * p) for c, p in exact.items())
     assert chi2 < 26.12, (chi2, counts, exact)
@@ -282,7 +282,7 @@ def eos_pair(tiny_dir):
 
     found = family_pair(tiny_dir, "gpt2", "<|endoftext|>")
     pair = Pair(PairConfig(found.target, found.draft, ctx_size=512, threads=1))
-    pair._costs = GPU_LIKE
+    pair.speculation.costs = GPU_LIKE
     yield pair, FAMILY_PROMPT
     pair.close()
 
@@ -355,7 +355,7 @@ def test_draft_max_caps_auto_like_every_other_mode(gpu_like, cap):
     prompt = "abc abc abc abc abc abc abc abc abc abc"
     _, _, stats, steps = run(gpu_like, prompt, use_draft=True, mode="auto", max_tokens=60, draft_max=cap)
     assert stats.drafted > 0 and max(s.drafted for s in steps) <= cap
-    assert gpu_like._auto[1].k_max == cap
+    assert gpu_like.speculation.auto[1].k_max == cap
     assert stats.policy["drafters"]["ngram"]["acceptance_by_position"].__len__() == cap
 
 

@@ -322,7 +322,7 @@ def tiny_registry(isolated, tmp_path, tiny_target, tiny_draft, tiny_other):
 
 def test_resolve_models_every_path(tiny_registry, tiny_target, tiny_draft, tiny_other):
     reg = tiny_registry
-    r = lambda t=None, d=None, p=None: fetch.resolve_models(t, d, p, reg)  # noqa: E731
+    r = lambda t=None, d=None, p=None: fetch.resolve_models(t, d, p, reg).paths  # noqa: E731
     assert r() == (tiny_target, tiny_draft)  # default pair
     assert r(d="none") == (tiny_target, None)  # plain decoding
     assert r(d="NONE") == (tiny_target, None)
@@ -337,3 +337,6 @@ def test_resolve_models_every_path(tiny_registry, tiny_target, tiny_draft, tiny_
     with pytest.raises(RegistryError) as err:
         r(p="tt+tx")
     assert "'tt+td'" in err.value.hint or "'tt+to'" in err.value.hint
+    assert fetch.resolve_models(None, None, None, reg).pair.name == "tt+td"  # its recommendations apply
+    assert fetch.resolve_models("to", None, None, reg).pair.name == "to+td"
+    assert fetch.resolve_models(None, "to", None, reg).pair is None  # the draft overridden: not that pair

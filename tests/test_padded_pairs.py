@@ -22,7 +22,7 @@ SMALL_VOCAB = 267  # the unpadded tiny vocabulary; the padded one has 100 more i
 def padded_pair(request, padded_large, padded_small):
     target, draft = (padded_large, padded_small) if request.param == "target-larger" else (padded_small, padded_large)
     pair = Pair(PairConfig(target, draft, ctx_size=512, threads=1))
-    pair._costs = GPU_LIKE  # a batch costs about one token, so auto drafts here
+    pair.speculation.costs = GPU_LIKE  # a batch costs about one token, so auto drafts here
     yield pair
     pair.close()
 

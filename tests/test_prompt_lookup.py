@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from specrun.engine.drafting.hybrid import HybridDrafter
-from specrun.engine.drafting.model import Draft
 from specrun.engine.drafting.prompt_lookup import NgramIndex, PromptLookupDrafter
+from specrun.engine.drafting.protocol import Draft
 
 
 def test_no_match_gives_an_empty_deterministic_draft():

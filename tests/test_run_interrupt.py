@@ -34,7 +34,7 @@ def test_interrupt_after_a_commit_prints_the_committed_text(monkeypatch, tiny_ta
         with pytest.raises(KeyboardInterrupt):
             generate(pair, tokens, settings, out, seed=1, mode="draft")
         monkeypatch.setattr(SpeculativeLoop, "_commit", original)
-        generated = int(re.search(r"(\d+) tokens in", out.err.getvalue()).group(1))
+        generated = int(re.search(r"(\d+) tok · ", out.err.getvalue()).group(1))
         assert generated > 4
         reference = pair.loop(GenerationSettings(max_tokens=generated, sampling=settings.sampling, ignore_eos=True), mode="off")
         expected = "".join(step.text for step in reference.run(tokens))

@@ -8,9 +8,11 @@ catch-up decodes, the draft's prompt prefill — show up as a number instead of 
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable, Mapping
+
+from ..engine.auto.estimates import CostCurve
 
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:
@@ -50,21 +52,15 @@ class Costs:
     verify_s: Mapping[int, float] = field(default_factory=dict)
     draft_token_s: float = 0.0
 
+    @cached_property
+    def curve(self) -> CostCurve:
+        """The measured points (plain decoding at batch 1 unless measured) as the controller reads them."""
+        return CostCurve.of({1: self.plain_s, **self.verify_s})
+
     def verify(self, batch: int) -> float:
-        """Seconds for a target pass over `batch` tokens: measured, else linearly interpolated
-        between (or extrapolated from) the nearest measured sizes; batch 1 falls back to plain_s."""
-        if batch in self.verify_s:
-            return self.verify_s[batch]
-        points = dict(self.verify_s)
-        points.setdefault(1, self.plain_s)
-        sizes = sorted(points)
-        if len(sizes) == 1:
-            return points[sizes[0]] * batch / sizes[0]
-        i = bisect_left(sizes, batch)
-        lo, hi = (0, 1) if i == 0 else (len(sizes) - 2, len(sizes) - 1) if i == len(sizes) else (i - 1, i)
-        x0, x1 = sizes[lo], sizes[hi]
-        y0, y1 = points[x0], points[x1]
-        return max(0.0, y0 + (y1 - y0) * (batch - x0) / (x1 - x0))
+        """Seconds for a target pass over `batch` tokens: measured, else interpolated between (or
+        extrapolated from) the nearest measured sizes, as `auto` estimates it (estimates.CostCurve)."""
+        return self.curve(batch)
 
 
 def step_seconds(costs: Costs, k: int, draft_s: float | None = None) -> float:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
@@ -25,7 +25,6 @@ from ..engine import identity
 from ..engine.auto.costs import measure as measure_costs
 from ..engine.identity import IdentityCheck, check_rows, rank, tolerance_from_noise
 from ..engine.loop import GenerationSettings
-from ..engine.sampling import SamplingParams
 from ..engine.stats import Stats
 from ..errors import InputError
 from . import costmodel
@@ -89,34 +88,34 @@ def configurations(modes: Sequence[str], draft_maxes: Sequence[int] | None, temp
 
 @dataclass(frozen=True)
 class BenchSettings:
-    """What every run shares."""
+    """What every run shares: repetitions, warm-up rounds, and the generation settings each run
+    starts from (its seed the base seed; each configuration sets K and the temperature)."""
 
     runs: int = 3
     warmup: int = 1
-    max_tokens: int = 128
-    seed: int = 0
-    ignore_eos: bool = False
-    draft_min: int = defaults.DRAFT_MIN
-    draft_p_min: float = defaults.DRAFT_P_MIN
-    ngram_min: int = defaults.NGRAM_MIN
-    ngram_max: int = defaults.NGRAM_MAX
-    top_k: int = defaults.TOP_K
-    top_p: float = defaults.TOP_P
-    min_p: float = defaults.MIN_P
+    base: GenerationSettings = field(default_factory=lambda: GenerationSettings(max_tokens=defaults.BENCH_MAX_TOKENS, seed=0))
+
+    @property
+    def max_tokens(self) -> int:
+        return self.base.max_tokens
 
     def generation(self, config: Config, prompt_index: int, max_tokens: int | None = None) -> GenerationSettings:
         """Settings for one run: the prompt's fixed seed, the configuration's K and temperature."""
-        return GenerationSettings(
-            max_tokens=self.max_tokens if max_tokens is None else max_tokens,
-            sampling=SamplingParams(config.temperature, self.top_k, self.top_p, self.min_p),
-            seed=self.seed + prompt_index,
+        return replace(
+            self.base,
+            max_tokens=self.base.max_tokens if max_tokens is None else max_tokens,
+            sampling=replace(self.base.sampling, temperature=config.temperature),
+            seed=(self.base.seed or 0) + prompt_index,
             draft_max=0 if config.plain else config.draft_max,
-            draft_min=self.draft_min,
-            draft_p_min=self.draft_p_min,
-            ngram_min=self.ngram_min,
-            ngram_max=self.ngram_max,
-            ignore_eos=self.ignore_eos,
         )
+
+    def to_dict(self) -> dict:
+        """The shared settings, flat, as the JSON document records them."""
+        base, sampling = self.base, self.base.sampling
+        return {"runs": self.runs, "warmup": self.warmup, "max_tokens": base.max_tokens, "seed": base.seed or 0,
+                "ignore_eos": base.ignore_eos, "draft_min": base.draft_min, "draft_p_min": base.draft_p_min,
+                "ngram_min": base.ngram_min, "ngram_max": base.ngram_max, "top_k": sampling.top_k, "top_p": sampling.top_p,
+                "min_p": sampling.min_p}
 
 
 @dataclass(frozen=True)
@@ -343,7 +342,7 @@ def run_bench(engine: Engine, prompts: Sequence[BenchPrompt], configs: Sequence[
     verify_identity(checks, records, configs, tokens, engine)
     progress("done", total, total, "")
     return BenchResult(list(prompts), list(configs), settings, [len(t) for t in tokens], records, calibration, checks,
-                       time.perf_counter() - started, measure_s, cpu_s, getattr(engine, "threads", 1))
+                       time.perf_counter() - started, measure_s, cpu_s, engine.threads)
 
 
 def _cpu_seconds() -> float:

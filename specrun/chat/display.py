@@ -19,8 +19,15 @@ from rich.console import Console
 from rich.text import Text
 
 from ..engine.loop import Step
-from ..errors import OutputClosed
-from ..terminal import StatusLine, isatty, same_terminal
+from ..terminal import (
+    StatusLine,
+    isatty,
+    mode_label,
+    same_terminal,
+    status_parts,
+    summary_parts,
+    write_out,
+)
 from .session import Answer, ChatSession, Turn
 
 STATUS_EVERY = 0.1  # seconds between recomputed status lines
@@ -38,35 +45,22 @@ def label(mode: str, k: int) -> str:
 
 def live_label(turn: Turn) -> str:
     """What drafts right now: under auto, the controller's current choice."""
-    policy = getattr(turn.loop, "policy", None)
-    if turn.mode == "auto" and policy is not None:
-        return policy.label()
+    if turn.mode == "auto":
+        return turn.loop.policy.label()
     return label(turn.mode, turn.k)
 
 
 def final_label(answer: Answer) -> str:
     """Under auto, how many steps each choice got; otherwise the mode and K."""
-    if answer.mode != "auto" or not answer.stats.by_drafter:
-        return label(answer.mode, answer.k)
-    return "auto: " + answer.stats.steps_by_drafter()
+    return mode_label(answer.stats, answer.mode, label(answer.mode, answer.k))
 
 
 def status_text(turn: Turn, elapsed: float) -> Text:
     """The live line while an answer streams."""
-    stats = turn.loop.stats
-    generated = len(turn.loop.generated)
     text = Text()
-    text.append(f"{stats.decode_rate_at(elapsed):.1f} tok/s", style="bold")
-    if stats.drafted:
-        rate = stats.accepted / stats.drafted
-        text.append(" · accept ")
-        text.append(f"{100 * rate:.0f}%", style="green" if rate >= 0.6 else "yellow" if rate >= 0.3 else "red")
-        text.append(f" ({stats.accepted}/{stats.drafted} drafted)")
-    else:
-        text.append(" · accept — (0/0 drafted)")
-    mean = (generated - 1) / stats.steps if stats.steps else None
-    text.append(f" · {mean:.2f} tok/step" if mean is not None else " · — tok/step")
-    text.append(f" · {live_label(turn)} · {generated} tok")
+    for i, (part, style) in enumerate(status_parts(turn.loop.stats, elapsed, live_label(turn))):
+        text.append(" · " if i else "")
+        text.append(part, style=style)
     text.stylize("dim", 0, len(text))
     return text
 
@@ -74,15 +68,7 @@ def status_text(turn: Turn, elapsed: float) -> Text:
 def summary_line(answer: Answer) -> str:
     """The one line after each answer."""
     s = answer.stats
-    parts = [f"{s.generated_tokens} tok"]
-    if s.decode_tokens_per_second is not None:
-        parts.append(f"{s.decode_tokens_per_second:.1f} tok/s")
-    parts += [f"first token {s.time_to_first_token:.2f} s", f"total {s.total_time:.2f} s"]
-    if s.drafted:
-        parts.append(f"accept {100 * s.acceptance_rate:.0f}% ({s.accepted}/{s.drafted} drafted)")
-    if s.mean_tokens_per_step is not None:
-        parts.append(f"{s.mean_tokens_per_step:.2f} tok/step")
-    parts += [f"prompt {s.prompt_tokens} tok, {answer.prefilled} new", final_label(answer)]
+    parts = [*summary_parts(s), f"prompt {s.prompt_tokens} tok, {answer.prefilled} new", final_label(answer)]
     if answer.interrupted:
         parts.append("interrupted")
     elif s.stop_reason == "context":
@@ -296,11 +282,7 @@ class PlainDisplay:
             self._err(summary_line(answer))
 
     def _out(self, text: str) -> None:
-        try:
-            self.out.write(text)
-            self.out.flush()
-        except BrokenPipeError as error:
-            raise OutputClosed() from error
+        write_out(self.out, text)
 
     def _err(self, text: str) -> None:
         self.err.write(text + "\n")

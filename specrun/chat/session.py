@@ -56,7 +56,7 @@ class Totals:
         self.total_time += stats.total_time
         self.first_token_time += stats.time_to_first_token
         self.interrupted += int(interrupted)
-        for name, counts in (getattr(stats, "by_drafter", None) or {}).items():
+        for name, counts in stats.by_drafter.items():
             mine = self.by_drafter.setdefault(name, {"steps": 0, "drafted": 0, "accepted": 0})
             for key in mine:
                 mine[key] += counts.get(key, 0)

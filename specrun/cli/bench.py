@@ -8,11 +8,9 @@ a typo cannot cost a finished benchmark.
 
 from __future__ import annotations
 
-import contextlib
 import json
-from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Callable, Iterator, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 
@@ -33,27 +31,24 @@ from ..bench.report import document
 from ..bench.runner import (
     BenchSettings,
     PairEngine,
-    Progress,
     configurations,
     run_bench,
 )
 from ..errors import InputError
-from ..runtime.pair import Pair, PairConfig
-from ..terminal import Output
+from ..runtime.pair import Pair
+from ..terminal import Output, progress_display
 from . import options as opt
-from .resolve import resolve_models
-from .settings import check_ngram_range
+from .options import flag_groups
+from .settings import generation_settings, pair_config, resolve
 
 BENCH = "Benchmark"
-DEFAULT_MAX_TOKENS = 128
-DEFAULT_RUNS = 3
 QUICK = {"max_tokens": 32, "runs": 1, "draft_max": 4, "per_category": 1}
 
 SpecList = Annotated[str, typer.Option("--spec", help="Comma-separated speculation modes to compare (off, draft, …). Plain decoding (off) is always measured: it is the baseline of every speedup.", rich_help_panel=BENCH)]
 DraftMaxList = Annotated[Optional[str], typer.Option("--draft-max", help="Comma-separated K values to sweep, e.g. 1,2,4,8: the most draft tokens per step in every mode (default: the pair's recommended K, else 4, in the fixed modes, --quick 4; auto's own cap, 31, under auto).", rich_help_panel=BENCH)]
 TemperatureList = Annotated[Optional[str], typer.Option("--temperature", "--temp", help="Comma-separated temperatures, e.g. 0,0.8 (default 0). At 0 every speculative output is checked against plain decoding token by token.", rich_help_panel=BENCH)]
-MaxTokens = Annotated[Optional[int], typer.Option("--max-tokens", "-n", min=1, help=f"Tokens to generate per run at most (default {DEFAULT_MAX_TOKENS}; --quick {QUICK['max_tokens']}).", rich_help_panel=BENCH)]
-Runs = Annotated[Optional[int], typer.Option("--runs", min=1, help=f"Measured repetitions per prompt and configuration, interleaved A B A B (default {DEFAULT_RUNS}; --quick {QUICK['runs']}).", rich_help_panel=BENCH)]
+MaxTokens = Annotated[Optional[int], typer.Option("--max-tokens", "-n", min=1, help=f"Tokens to generate per run at most (default {defaults.BENCH_MAX_TOKENS}; --quick {QUICK['max_tokens']}).", rich_help_panel=BENCH)]
+Runs = Annotated[Optional[int], typer.Option("--runs", min=1, help=f"Measured repetitions per prompt and configuration, interleaved A B A B (default {defaults.BENCH_RUNS}; --quick {QUICK['runs']}).", rich_help_panel=BENCH)]
 Warmup = Annotated[int, typer.Option("--warmup", min=0, help="Untimed warm-up rounds (one short run per configuration each) before calibration and measurement.", rich_help_panel=BENCH)]
 Category = Annotated[Optional[list[str]], typer.Option("--category", help="Only these categories (repeatable or comma-separated): code-generation, code-editing, structured-output, question-answering, creative-writing, or those of --prompts.", rich_help_panel=BENCH)]
 PromptsFile = Annotated[Optional[Path], typer.Option("--prompts", help='Your own prompts: JSONL, one {"prompt": ..., "category": ..., "id": ..., "system": ...} per line (only "prompt" required).', rich_help_panel=BENCH)]
@@ -71,11 +66,9 @@ def register(app: typer.Typer) -> None:
     app.command(name="bench")(bench)
 
 
+@flag_groups
 def bench(
-    target: opt.Target = None,
-    draft: opt.Draft = None,
-    pair: opt.PairName = None,
-    registry: opt.Registry = None,
+    models: opt.ModelFlags = opt.ModelFlags(),
     spec: SpecList = "off,draft",
     draft_max: DraftMaxList = None,
     temperature: TemperatureList = None,
@@ -88,18 +81,10 @@ def bench(
     quick: Quick = False,
     seed: Seed = 0,
     ignore_eos: opt.IgnoreEos = False,
-    draft_min: opt.DraftMin = defaults.DRAFT_MIN,
-    draft_p_min: opt.DraftPMin = defaults.DRAFT_P_MIN,
-    ngram_min: opt.NgramMin = defaults.NGRAM_MIN,
-    ngram_max: opt.NgramMax = defaults.NGRAM_MAX,
-    top_k: opt.TopK = defaults.TOP_K,
-    top_p: opt.TopP = defaults.TOP_P,
-    min_p: opt.MinP = defaults.MIN_P,
+    tuning: opt.TuningFlags = opt.TuningFlags(),
+    filters: opt.FilterFlags = opt.FilterFlags(),
     chat: opt.Chat = True,
-    ctx_size: opt.CtxSize = defaults.CTX_SIZE,
-    threads: opt.Threads = 0,
-    gpu_layers: opt.GpuLayers = None,
-    draft_gpu_layers: opt.DraftGpuLayers = None,
+    runtime: opt.RuntimeFlags = opt.RuntimeFlags(),
     json_file: JsonFile = None,
     csv_file: CsvFile = None,
     markdown_file: MarkdownFile = None,
@@ -111,13 +96,13 @@ def bench(
     ks = parse_list(draft_max, int, "--draft-max") if draft_max is not None else None
     temperatures = parse_list(temperature or "0", float, "--temperature")
     configurations(modes, ks, temperatures)  # bad values fail before any model is touched
-    check_ngram_range(ngram_min, ngram_max)
     settings = BenchSettings(
-        runs=runs or (QUICK["runs"] if quick else DEFAULT_RUNS),
+        runs=runs or (QUICK["runs"] if quick else defaults.BENCH_RUNS),
         warmup=warmup,
-        max_tokens=max_tokens or (QUICK["max_tokens"] if quick else DEFAULT_MAX_TOKENS),
-        seed=seed, ignore_eos=ignore_eos, draft_min=draft_min, draft_p_min=draft_p_min, top_k=top_k, top_p=top_p, min_p=min_p,
-        ngram_min=ngram_min, ngram_max=ngram_max,
+        base=generation_settings(
+            max_tokens=max_tokens or (QUICK["max_tokens"] if quick else defaults.BENCH_MAX_TOKENS), temperature=0.0,
+            filters=filters, tuning=tuning, draft_max=None, seed=seed, ignore_eos=ignore_eos,
+        ),
     )
     chosen = bench_prompts.select(
         bench_prompts.load_file(prompts) if prompts else bench_prompts.builtin(),
@@ -126,16 +111,15 @@ def bench(
     check_outputs(json_file, csv_file, markdown_file, plot_file)
     load_start = load_average()
     out = Output(quiet=quiet, json_mode=json_file == "-")
-    models = resolve_models(target, draft, pair, registry)
-    configs = configurations(modes, ks, temperatures, QUICK["draft_max"] if quick else models.recommended_k)
-    loaded = Pair(PairConfig(models.target, models.draft, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers,
-                             draft_gpu_layers=draft_gpu_layers), warn=out.warn)
+    resolved = resolve(models)
+    configs = configurations(modes, ks, temperatures, QUICK["draft_max"] if quick else resolved.recommended_k)
+    loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
     try:
         engine = PairEngine(loaded, chat=chat)
         env = environment(loaded, load_average_start=load_start)
-        with progress_display(out) as progress:
-            result = run_bench(engine, chosen, configs, settings, progress)
-        record = {**asdict(settings), "spec": modes, "draft_max": ks, "temperatures": temperatures, "chat": chat,
+        with progress_display(out.err, unit="steps", quiet=out.quiet) as progress:
+            result = run_bench(engine, chosen, configs, settings, lambda phase, *rest: progress(f"bench: {phase}", *rest))
+        record = {**settings.to_dict(), "spec": modes, "draft_max": ks, "temperatures": temperatures, "chat": chat,
                   "categories": list(dict.fromkeys(p.category for p in chosen)), "limit": limit, "quick": quick,
                   "prompts_file": str(prompts) if prompts else None}
         doc = document(result, env, record, pieces=engine.piece)
@@ -175,41 +159,6 @@ def check_outputs(json_file: str | None, csv_file: Path | None, markdown_file: P
             raise InputError(f"{flag} {path}: the folder {parent} does not exist", "create it or choose another path")
     if plot_file is not None:
         require_matplotlib()
-
-
-@contextlib.contextmanager
-def progress_display(out: Output) -> Iterator[Progress]:
-    """A rich progress bar on a terminal; otherwise one line per phase (nothing with --quiet)."""
-    if out.quiet:
-        yield lambda *_: None
-        return
-    if out.live:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-        from rich.progress import Progress as Bar
-
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Bar(*columns, console=Console(file=out.err), transient=True) as bar:
-            task = bar.add_task("starting", total=None)
-
-            def update(phase: str, done: int, total: int, what: str) -> None:
-                bar.update(task, completed=done, total=total, description=f"{phase}: {what}" if what else phase)
-
-            yield update
-        return
-    shown: set[str] = set()
-
-    def lines(phase: str, done: int, total: int, what: str) -> None:
-        if phase not in shown and phase != "done":
-            shown.add(phase)
-            out.warn(f"bench: {phase} ({done}/{total})")
-
-    yield lines
 
 
 def write_outputs(doc: dict, out: Output, json_file: str | None, csv_file: Path | None, markdown_file: Path | None, plot_file: Path | None) -> None:

@@ -1,12 +1,19 @@
-"""Option types shared by the commands (run, chat, bench), named as llama.cpp names them.
+"""Option types shared by the commands (run, chat, bench), named as llama.cpp names them, and the
+groups they come in.
 
-Each is an `Annotated` alias, so a flag is spelled, documented and defaulted in one place.
+Each option is an `Annotated` alias, so a flag is spelled and documented in one place. The flags
+several commands share come in groups (frozen dataclasses: models, sampling, speculation, runtime):
+a command declares one parameter per group, `flag_groups` spreads each group's fields into the
+signature typer reads (so `--help`, defaults and validation stay typer's own), and the command gets
+the group back as one object.
 """
 
-from __future__ import annotations
-
+import dataclasses
+import functools
+import inspect
+import typing
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 
@@ -91,3 +98,114 @@ Chat = Annotated[
 System = Annotated[Optional[str], typer.Option("--system", help="System prompt (chat mode).", rich_help_panel=SAMPLING)]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document (text and statistics) instead of streaming.", rich_help_panel=OUTPUT)]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No status line or summary on stderr.", rich_help_panel=OUTPUT)]
+
+
+# ---- groups -------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelFlags:
+    """Which models: --target, --draft, --pair, --registry."""
+
+    target: Target = None
+    draft: Draft = None
+    pair: PairName = None
+    registry: Registry = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FilterFlags:
+    """Sampling filters, applied to target and draft alike."""
+
+    top_k: TopK = defaults.TOP_K
+    top_p: TopP = defaults.TOP_P
+    min_p: MinP = defaults.MIN_P
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingFlags:
+    """How tokens are chosen and when generation stops (run, chat)."""
+
+    temperature: Temperature = defaults.TEMPERATURE
+    filters: FilterFlags = FilterFlags()
+    seed: Seed = None
+    stop: Stop = None
+    ignore_eos: IgnoreEos = False
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningFlags:
+    """Drafters' fine settings: the draft model's early stop, prompt lookup's match lengths."""
+
+    draft_min: DraftMin = defaults.DRAFT_MIN
+    draft_p_min: DraftPMin = defaults.DRAFT_P_MIN
+    ngram_min: NgramMin = defaults.NGRAM_MIN
+    ngram_max: NgramMax = defaults.NGRAM_MAX
+
+
+@dataclasses.dataclass(frozen=True)
+class SpeculationFlags:
+    """The mode and K (run, chat), and the drafters' fine settings."""
+
+    spec: Spec = None
+    draft_max: DraftMax = None
+    tuning: TuningFlags = TuningFlags()
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeFlags:
+    """Where and how the models run: context, threads, layers on the GPU."""
+
+    ctx_size: CtxSize = defaults.CTX_SIZE
+    threads: Threads = 0
+    gpu_layers: GpuLayers = None
+    draft_gpu_layers: DraftGpuLayers = None
+
+
+def _is_group(annotation: object) -> bool:
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+
+
+def _spread(name: str, group: type, default: object) -> tuple[list[inspect.Parameter], Callable[[dict], object]]:
+    """A group's fields as keyword parameters (nested groups spread too), and the function that
+    builds the group back from the values typer passes."""
+    hints = typing.get_type_hints(group, include_extras=True)
+    params: list[inspect.Parameter] = []
+    builders: list[tuple[str, Callable[[dict], object]]] = []
+    for field in dataclasses.fields(group):
+        value = getattr(default, field.name)
+        if _is_group(hints[field.name]):
+            inner, build = _spread(field.name, hints[field.name], value)
+            params += inner
+            builders.append((field.name, build))
+        else:
+            params.append(inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=value, annotation=hints[field.name]))
+            builders.append((field.name, lambda values, key=field.name: values.pop(key)))
+    return params, lambda values: group(**{key: build(values) for key, build in builders})
+
+
+def flag_groups(command: Callable) -> Callable:
+    """Let `command` take flag groups as parameters (see the module docstring)."""
+    hints = typing.get_type_hints(command, include_extras=True)
+    params: list[inspect.Parameter] = []
+    groups: dict[str, Callable[[dict], object]] = {}
+    for param in inspect.signature(command).parameters.values():
+        annotation = hints.get(param.name, param.annotation)
+        if _is_group(annotation):
+            spread, groups[param.name] = _spread(param.name, annotation, param.default)
+            params += spread
+        else:
+            params.append(param.replace(annotation=annotation, kind=inspect.Parameter.KEYWORD_ONLY))
+    names = [p.name for p in params]
+    if len(names) != len(set(names)):
+        raise TypeError(f"{command.__name__}: a flag is declared twice")
+
+    @functools.wraps(command)
+    def wrapper(**values):
+        built = {name: build(values) for name, build in groups.items()}
+        return command(**values, **built)
+
+    wrapper.__signature__ = inspect.Signature(params)
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    del wrapper.__wrapped__  # typer must read the spread signature, not the command's own
+    return wrapper

@@ -13,68 +13,21 @@ from ..engine.loop import GenerationSettings
 from ..engine.stats import Stats
 from ..errors import InputError
 from ..runtime.pair import Pair
-from ..terminal import Output
+from ..terminal import Output, mode_label, status_line, summary_parts
 from . import options as opt
+from .options import flag_groups
 from .prompt_input import read_prompt
-from .resolve import resolve_models
-from .settings import generation_settings, pair_config, pick_seed, spec_mode
+from .settings import generation_settings, pair_config, pick_seed, resolve, spec_mode
 
 
-def status_line(stats: Stats, elapsed: float, label: str) -> str:
-    """The live line: speed, acceptance, tokens per step, and what drafts."""
-    parts = [f"{stats.generated_tokens} tok", f"{stats.decode_rate_at(elapsed):.1f} tok/s"]
-    if stats.drafted:
-        parts.append(f"accept {100 * stats.acceptance_rate:.0f}% ({stats.accepted}/{stats.drafted})")
-        parts.append(f"{stats.mean_tokens_per_step:.2f} tok/step")
-    parts.append(label)
-    return " · ".join(parts)
-
-
-def mode_label(stats: Stats, mode: str, label: str) -> str:
-    """What drafted: the fixed mode's label, or for auto how many steps each choice got."""
-    if mode != "auto" or not stats.by_drafter:
-        return label
-    return "auto: " + stats.steps_by_drafter()
-
-
-def summary_line(stats: Stats, label: str) -> str:
-    """The one-line summary printed at the end."""
-    parts = [f"{stats.generated_tokens} tokens in {stats.total_time:.2f} s"]
-    if stats.decode_tokens_per_second is not None:
-        parts.append(f"{stats.decode_tokens_per_second:.1f} tok/s decode")
-    parts.append(f"first token {stats.time_to_first_token:.2f} s")
-    if stats.drafted:
-        parts.append(f"accept {100 * stats.acceptance_rate:.1f}% ({stats.accepted}/{stats.drafted})")
-        parts.append(f"{stats.mean_tokens_per_step:.2f} tok/step")
-        parts.append(f"draft {stats.draft_time:.2f} s / verify {stats.verify_time:.2f} s")
-    parts.append(label)
-    return " · ".join(parts)
-
-
+@flag_groups
 def run(
     prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or a pipe reads stdin (both given: stdin first).")] = None,
-    target: opt.Target = None,
-    draft: opt.Draft = None,
-    pair: opt.PairName = None,
-    registry: opt.Registry = None,
+    models: opt.ModelFlags = opt.ModelFlags(),
     max_tokens: opt.MaxTokens = defaults.MAX_TOKENS,
-    temperature: opt.Temperature = defaults.TEMPERATURE,
-    top_k: opt.TopK = defaults.TOP_K,
-    top_p: opt.TopP = defaults.TOP_P,
-    min_p: opt.MinP = defaults.MIN_P,
-    seed: opt.Seed = None,
-    stop: opt.Stop = None,
-    ignore_eos: opt.IgnoreEos = False,
-    spec: opt.Spec = None,
-    draft_max: opt.DraftMax = None,
-    draft_min: opt.DraftMin = defaults.DRAFT_MIN,
-    draft_p_min: opt.DraftPMin = defaults.DRAFT_P_MIN,
-    ngram_min: opt.NgramMin = defaults.NGRAM_MIN,
-    ngram_max: opt.NgramMax = defaults.NGRAM_MAX,
-    ctx_size: opt.CtxSize = defaults.CTX_SIZE,
-    threads: opt.Threads = 0,
-    gpu_layers: opt.GpuLayers = None,
-    draft_gpu_layers: opt.DraftGpuLayers = None,
+    sampling: opt.SamplingFlags = opt.SamplingFlags(),
+    speculation: opt.SpeculationFlags = opt.SpeculationFlags(),
+    runtime: opt.RuntimeFlags = opt.RuntimeFlags(),
     chat: opt.Chat = True,
     system: opt.System = None,
     json_output: opt.Json = False,
@@ -83,16 +36,15 @@ def run(
     """Generate text for one prompt: text to stdout, statistics to stderr (or one JSON document)."""
     out = Output(quiet=quiet, json_mode=json_output)
     text = read_prompt(prompt)
-    models = resolve_models(target, draft, pair, registry, draft_max)
-    seed = pick_seed(seed)
-    config = pair_config(models, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
-    mode = spec_mode(spec, draft)
+    resolved = resolve(models)
+    seed = pick_seed(sampling.seed)
+    mode = spec_mode(speculation.spec, models.draft)
     settings = generation_settings(
-        models.draft_max_for(mode), max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-        draft_min=draft_min, draft_p_min=draft_p_min, stop=stop, ignore_eos=ignore_eos,
-        ngram_min=ngram_min, ngram_max=ngram_max,
+        max_tokens=max_tokens, temperature=sampling.temperature, filters=sampling.filters, tuning=speculation.tuning,
+        draft_max=defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k), seed=seed,
+        stop=sampling.stop, ignore_eos=sampling.ignore_eos,
     )
-    loaded = Pair(config, warn=out.warn)
+    loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
     try:
         tokens = loaded.prompt_tokens(text, chat=chat, system=system)
         if len(tokens) >= loaded.target_ctx.n_ctx:
@@ -133,7 +85,8 @@ def _finish(loaded: Pair, stats: Stats, settings: GenerationSettings, out: Outpu
     if out.json_mode:
         out.document(result_document(loaded, stats, settings, text, seed, mode))
     else:
-        out.summary(summary_line(stats, mode_label(stats, mode, label)))
+        timing = [f"draft {stats.draft_time:.2f} s / verify {stats.verify_time:.2f} s"] if stats.drafted else []
+        out.summary(" · ".join([*summary_parts(stats), *timing, mode_label(stats, mode, label)]))
 
 
 def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, text: str, seed: int, mode: str) -> dict:

@@ -1,16 +1,28 @@
-"""What `run` and `chat` build alike from their flags: the mode, the seed, the settings, the pair."""
+"""Flags → what the engine takes, in one place for every command: the models, the mode, the seed,
+the generation settings, the pair's configuration."""
 
 from __future__ import annotations
 
 import random
+from typing import Sequence
 
 from .. import defaults
 from ..engine.loop import GenerationSettings
 from ..engine.sampling import SamplingParams
 from ..errors import InputError
-from ..models.fetch import is_none
+from ..models.fetch import Resolved, is_none, resolve_models
+from ..models.registry import load_registry
 from ..runtime.pair import PairConfig
-from .resolve import Resolved
+from ..terminal import progress_display
+from .options import FilterFlags, ModelFlags, RuntimeFlags, TuningFlags
+
+
+def resolve(models: ModelFlags) -> Resolved:
+    """--target/--draft/--pair (default: the default pair) → local files, fetching or assembling
+    with progress on stderr."""
+    registry = load_registry(models.registry)
+    with progress_display() as hook:
+        return resolve_models(models.target, models.draft, models.pair, registry, hook)
 
 
 def spec_mode(spec: str | None, draft: str | None) -> str:
@@ -26,21 +38,20 @@ def pick_seed(seed: int | None) -> int:
 
 
 def generation_settings(
-    draft_max: int | None, *, max_tokens: int, temperature: float, top_k: int, top_p: float, min_p: float, seed: int | None,
-    draft_min: int, draft_p_min: float, stop: list[str] | None, ignore_eos: bool,
-    ngram_min: int = defaults.NGRAM_MIN, ngram_max: int = defaults.NGRAM_MAX,
+    *, max_tokens: int, temperature: float, filters: FilterFlags, tuning: TuningFlags, draft_max: int | None,
+    seed: int | None, stop: Sequence[str] | None = None, ignore_eos: bool = False,
 ) -> GenerationSettings:
-    """GenerationSettings from command flags; `draft_max` is the cap for the mode (Resolved.draft_max_for)."""
-    check_ngram_range(ngram_min, ngram_max)
+    """GenerationSettings from flags; `draft_max` is the cap for the mode (defaults.draft_max_for)."""
+    check_ngram_range(tuning.ngram_min, tuning.ngram_max)
     return GenerationSettings(
         max_tokens=max_tokens,
-        sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p),
+        sampling=SamplingParams(temperature=temperature, top_k=filters.top_k, top_p=filters.top_p, min_p=filters.min_p),
         seed=seed,
         draft_max=draft_max,
-        draft_min=draft_min,
-        draft_p_min=draft_p_min,
-        ngram_min=ngram_min,
-        ngram_max=ngram_max,
+        draft_min=tuning.draft_min,
+        draft_p_min=tuning.draft_p_min,
+        ngram_min=tuning.ngram_min,
+        ngram_max=tuning.ngram_max,
         stop=tuple(stop or ()),
         ignore_eos=ignore_eos,
     )
@@ -51,5 +62,6 @@ def check_ngram_range(ngram_min: int, ngram_max: int) -> None:
         raise InputError(f"--ngram-min {ngram_min} is above --ngram-max {ngram_max}", "give --ngram-min at most --ngram-max")
 
 
-def pair_config(models: Resolved, *, ctx_size: int, threads: int, gpu_layers: int | None, draft_gpu_layers: int | None) -> PairConfig:
-    return PairConfig(models.target, models.draft, ctx_size=ctx_size, threads=threads, gpu_layers=gpu_layers, draft_gpu_layers=draft_gpu_layers)
+def pair_config(models: Resolved, runtime: RuntimeFlags) -> PairConfig:
+    return PairConfig(models.target, models.draft, ctx_size=runtime.ctx_size, threads=runtime.threads,
+                      gpu_layers=runtime.gpu_layers, draft_gpu_layers=runtime.draft_gpu_layers)

@@ -18,7 +18,6 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ContextOverflowError, ModelFileError, SpecrunError
-from ..models.modelfile import check_gguf_file
 
 _LOG_CALLBACK = None  # module-level reference: llama.cpp keeps the pointer
 _BACKEND_READY = False
@@ -75,6 +74,69 @@ AMX_WARNING = (
 
 
 @dataclass(frozen=True)
+class Vocabulary:
+    """A model's vocabulary and identifying metadata, read without its weights."""
+
+    vocab_type: int
+    n_tokens: int
+    bos: int
+    eos: int
+    add_bos: bool
+    add_eos: bool
+    texts: tuple[bytes, ...]
+    architecture: str | None
+    context_length: str | None  # as the metadata states it (vocab-only loads leave n_ctx_train at 0)
+    chat_template: str | None
+    name: str | None
+
+
+def read_vocabulary(path: str | os.PathLike) -> Vocabulary:
+    """Open `path` with llama.cpp's vocab-only loader (no weights read: fast even for 70B files)."""
+    init_backend()
+    lib = _llama()
+    params = lib.llama_model_default_params()
+    params.vocab_only = True
+    path_bytes = os.fsencode(path)  # keep a reference while C reads it
+    model = lib.llama_model_load_from_file(path_bytes, params)
+    if not model:
+        raise ModelFileError(
+            f"llama.cpp cannot read {path}",
+            "the file may be damaged or of an architecture this llama.cpp build does not know; SPECRUN_DEBUG=1 shows its log",
+        )
+    try:
+        vocab = lib.llama_model_get_vocab(model)
+        n = lib.llama_vocab_n_tokens(vocab)
+        arch = _meta(model, "general.architecture")
+        return Vocabulary(
+            vocab_type=int(lib.llama_vocab_type(vocab)),
+            n_tokens=n,
+            bos=int(lib.llama_vocab_bos(vocab)),
+            eos=int(lib.llama_vocab_eos(vocab)),
+            add_bos=bool(lib.llama_vocab_get_add_bos(vocab)),
+            add_eos=bool(lib.llama_vocab_get_add_eos(vocab)),
+            texts=tuple(lib.llama_vocab_get_text(vocab, i) or b"" for i in range(n)),
+            architecture=arch,
+            context_length=_meta(model, f"{arch}.context_length"),
+            chat_template=_meta(model, "tokenizer.chat_template"),
+            name=_meta(model, "general.name"),
+        )
+    finally:
+        lib.llama_model_free(model)
+
+
+def _meta(model, key: str) -> str | None:
+    """A metadata string; the first call reports the length, a second fills a buffer that fits."""
+    lib = _llama()
+    key_bytes = key.encode()
+    n = lib.llama_model_meta_val_str(model, key_bytes, None, 0)
+    if n < 0:
+        return None
+    buf = ctypes.create_string_buffer(n + 1)
+    lib.llama_model_meta_val_str(model, key_bytes, buf, n + 1)
+    return buf.value.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
 class LoadOptions:
     """How a model is placed: GPU layers, and whether llama.cpp may use extra (repacked/AMX) buffers."""
 
@@ -89,7 +151,6 @@ class Model:
         init_backend()
         lib = _llama()
         self.path = Path(path)
-        check_gguf_file(self.path)
         params = lib.llama_model_default_params()
         params.n_gpu_layers = options.gpu_layers
         params.use_extra_bufts = options.use_extra_bufts
@@ -178,13 +239,13 @@ class Context:
     it to reuse the longest common prefix instead of re-feeding history.
     """
 
-    def __init__(self, model: Model, *, n_ctx: int, n_threads: int, n_batch: int = 512, max_outputs: int = 64):
+    def __init__(self, model: Model, *, n_ctx: int, n_threads: int, n_batch: int = 512):
         lib = _llama()
         self.model = model
         params = lib.llama_context_default_params()
         params.n_ctx = n_ctx
-        params.n_batch = max(n_batch, max_outputs)
-        params.n_ubatch = max(n_batch, max_outputs)
+        params.n_batch = n_batch
+        params.n_ubatch = n_batch
         params.n_seq_max = 1
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
@@ -270,12 +331,7 @@ class Context:
 
     def common_prefix(self, history: Sequence[int]) -> int:
         """Length of the longest prefix shared by the cache and `history`."""
-        n = min(len(self.tokens), len(history))
-        i = 0
-        cached = self.tokens
-        while i < n and cached[i] == history[i]:
-            i += 1
-        return i
+        return common_prefix(self.tokens, history)
 
     def close(self) -> None:
         lib = _llama()
@@ -291,3 +347,13 @@ class Context:
             self.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading items a and b share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -15,7 +15,7 @@ import numpy as np
 from .. import defaults
 from ..errors import ContextOverflowError, InputError
 from .auto.policy import AutoPolicy, FixedPolicy, Plan
-from .drafting.model import Draft
+from .drafting.protocol import Draft
 from .llama import Context
 from .sampling import SamplingParams, make_rng, sample
 from .stats import Stats
@@ -162,6 +162,7 @@ class SpeculativeLoop:
             decode_before = self._decode_seconds()
             kept, text, reason = self._commit([self._pick(logits)])
             stats.time_to_first_token = time.perf_counter() - start
+            stats.generated_tokens = len(self.generated)
             step = Step(kept, text)
             history = list(prompt) + kept
             while reason is None:

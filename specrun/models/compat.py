@@ -7,34 +7,25 @@ size. (llama.cpp compares the vocab types through a bool, which lets SPM pass fo
 are compared here as they are meant to be.) It also reports what does not block pairing but matters:
 architecture, training context length, chat template, model name.
 
-Models are opened with llama.cpp's `vocab_only` loader: about 0.3 s on a 1.5B file, where reading the
-token list with the `gguf` package takes seconds.
+Models are opened with llama.cpp's `vocab_only` loader (engine.llama.read_vocabulary): about 0.3 s on a
+1.5B file, where reading the token list with the `gguf` package takes seconds.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine.llama import init_backend
-from ..errors import IncompatibleModelsError, ModelFileError
+from ..engine.llama import read_vocabulary
+from ..errors import IncompatibleModelsError
 from .modelfile import check_gguf_file
 
 MAX_SIZE_DIFFERENCE = 128
 CHECK_START_TOKEN_ID = 5
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo-2"}
-
-def _init_backend():
-    """llama.cpp, initialised once with its log routed as the engine routes it."""
-    import llama_cpp
-
-    init_backend()
-    return llama_cpp
-
 
 @dataclass(frozen=True)
 class VocabInfo:
@@ -64,38 +55,22 @@ def read_vocab(path: str | os.PathLike) -> VocabInfo:
 
 @functools.lru_cache(maxsize=4)  # a token list is megabytes; `drafts` reuses only the target's
 def _read_vocab(path: str, size: int, mtime_ns: int) -> VocabInfo:  # noqa: ARG001 - cache keys
-    llama_cpp = _init_backend()
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    path_bytes = os.fsencode(path)  # keep a reference while C reads it
-    model = llama_cpp.llama_model_load_from_file(path_bytes, params)
-    if not model:
-        raise ModelFileError(
-            f"llama.cpp cannot read {path}",
-            "the file may be damaged or of an architecture this llama.cpp build does not know; SPECRUN_DEBUG=1 shows its log",
-        )
-    try:
-        vocab = llama_cpp.llama_model_get_vocab(model)
-        n = llama_cpp.llama_vocab_n_tokens(vocab)
-        get_text = llama_cpp.llama_vocab_get_text
-        arch = _meta(llama_cpp, model, "general.architecture")
-        return VocabInfo(
-            path=Path(path),
-            vocab_type=int(llama_cpp.llama_vocab_type(vocab)),
-            n_tokens=n,
-            bos=int(llama_cpp.llama_vocab_bos(vocab)),
-            eos=int(llama_cpp.llama_vocab_eos(vocab)),
-            add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
-            add_eos=bool(llama_cpp.llama_vocab_get_add_eos(vocab)),
-            texts=tuple(get_text(vocab, i) or b"" for i in range(n)),
-            architecture=arch,
-            n_ctx_train=_int(_meta(llama_cpp, model, f"{arch}.context_length")),
-            chat_template=_meta(llama_cpp, model, "tokenizer.chat_template"),
-            name=_meta(llama_cpp, model, "general.name"),
-            size=size,
-        )
-    finally:
-        llama_cpp.llama_model_free(model)
+    vocab = read_vocabulary(path)
+    return VocabInfo(
+        path=Path(path),
+        vocab_type=vocab.vocab_type,
+        n_tokens=vocab.n_tokens,
+        bos=vocab.bos,
+        eos=vocab.eos,
+        add_bos=vocab.add_bos,
+        add_eos=vocab.add_eos,
+        texts=vocab.texts,
+        architecture=vocab.architecture,
+        n_ctx_train=_int(vocab.context_length),
+        chat_template=vocab.chat_template,
+        name=vocab.name,
+        size=size,
+    )
 
 
 def _int(text: str | None) -> int | None:
@@ -104,17 +79,6 @@ def _int(text: str | None) -> int | None:
         return int(text) if text is not None else None
     except ValueError:
         return None
-
-
-def _meta(llama_cpp, model, key: str) -> str | None:
-    """A metadata string; the first call reports the length, a second fills a buffer that fits."""
-    key_bytes = key.encode()
-    n = llama_cpp.llama_model_meta_val_str(model, key_bytes, None, 0)
-    if n < 0:
-        return None
-    buf = ctypes.create_string_buffer(n + 1)
-    llama_cpp.llama_model_meta_val_str(model, key_bytes, buf, n + 1)
-    return buf.value.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from . import bundle as _bundle
 from .bundle import ProgressHook
 from .modelfile import check_gguf_file
 from .registry import HfSource, Model, Registry
+from .registry import Pair as RegistryPair
 
 HF_SPEC_RE = re.compile(r"^hf:(?P<owner>[^/@\s]+)/(?P<repo>[^/@\s]+)/(?P<file>[^@\s]+?\.gguf)(?:@(?P<rev>[^@\s]+))?$", re.I)
 SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$", re.I)
@@ -227,14 +228,32 @@ def is_none(value: str | None) -> bool:
     return value is not None and value.strip().lower() == "none"
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """What the model flags came to: local files, and the registry pair they make up, if any."""
+
+    target: Path
+    draft: Path | None
+    pair: RegistryPair | None = None  # both models are this pair's: its recommendations apply
+
+    @property
+    def paths(self) -> tuple[Path, Path | None]:
+        return self.target, self.draft
+
+    @property
+    def recommended_k(self) -> int | None:
+        """The pair's recommended --draft-max for the fixed modes."""
+        return self.pair.draft_max if self.pair is not None else None
+
+
 def resolve_models(
     target: str | None,
     draft: str | None,
     pair: str | None,
     registry: Registry,
     progress: ProgressHook | None = None,
-) -> tuple[Path, Path | None]:
-    """--target/--draft/--pair → (target path, draft path or None for plain decoding).
+) -> Resolved:
+    """--target/--draft/--pair → local files (no draft: plain decoding), fetched if need be.
 
     No flags → the default pair. --pair NAME → that pair; --target/--draft still override its
     halves. A target without a draft takes the draft of a registry pair with that target (none →
@@ -248,7 +267,9 @@ def resolve_models(
         draft_spec = chosen.draft
     else:
         pairs = registry.pairs_for_target(target_spec) if target_spec in registry.models else []
-        draft_spec = pairs[0].draft if pairs else None
+        chosen = pairs[0] if pairs else None
+        draft_spec = chosen.draft if chosen else None
     target_path = resolve_spec(target_spec, registry, progress)
     draft_path = resolve_spec(draft_spec, registry, progress) if draft_spec is not None else None
-    return target_path, draft_path
+    matches = chosen is not None and (chosen.target, chosen.draft) == (target_spec, draft_spec)
+    return Resolved(target_path, draft_path, chosen if matches else None)

@@ -170,13 +170,6 @@ class Controller:
         profile = self.profile(drafter)
         return None if profile is None else [tokens / seconds for tokens, seconds in profile]
 
-    def estimate(self, drafter: str | None, k: int) -> float | None:
-        """Expected tokens per second of one configuration (None: not measured yet)."""
-        if drafter is None or k <= 0:
-            return self.plain_rate()
-        rates = self.rates(drafter)
-        return None if rates is None else rates[min(k, self.k_max) - 1]
-
     def best(self, *, skip: str | None = None) -> Choice:
         """The configuration with the highest expected rate (plain decoding wins ties)."""
         return self._best(skip)[0]

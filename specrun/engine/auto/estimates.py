@@ -45,11 +45,6 @@ class PositionRates:
         self.successes = [s * keep for s in self.successes]
         self.trials = [t * keep for t in self.trials]
 
-    @property
-    def weight(self) -> float:
-        """Decayed number of trials at position 1: how much recent evidence there is."""
-        return self.trials[0] if self.size else 0.0
-
     def pooled(self) -> float:
         """The rate over all positions, pulled towards the prior when there is little evidence."""
         return (sum(self.successes) + self.prior_weight * self.prior) / (sum(self.trials) + self.prior_weight)
@@ -85,6 +80,14 @@ class CostCurve:
         self.mean: dict[int, float] = {}
         self.count: dict[int, int] = {}
         self._sizes: list[int] = []
+
+    @classmethod
+    def of(cls, points: dict[int, float]) -> "CostCurve":
+        """A curve through fixed measurements (sizes to seconds)."""
+        curve = cls()
+        for size, seconds in sorted(points.items()):
+            curve.add(size, seconds)
+        return curve
 
     def add(self, size: int, seconds: float) -> None:
         """Fold in one measurement; early ones are averaged evenly, later ones with weight 1 - decay."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..drafting.model import Draft, Drafter
+from ..drafting.protocol import Draft, Drafter
 from .control import Controller
 
 
@@ -21,13 +21,6 @@ class Plan:
     k: int
     draft: Draft = field(default_factory=Draft)
     source: Drafter | None = None  # gets feedback on how many tokens were accepted
-
-
-def prefill_drafter(drafter: Drafter | None, prompt: Sequence[int]) -> None:
-    """Drafters with a KV cache of their own take the prompt now; model-free ones need nothing."""
-    prefill = getattr(drafter, "prefill", None)
-    if prefill is not None:
-        prefill(prompt)
 
 
 class FixedPolicy:
@@ -42,12 +35,12 @@ class FixedPolicy:
         if self.drafter is None or k <= 0:
             return Plan(None, 0)
         draft = self.drafter.propose(history, k)
-        name = getattr(getattr(self.drafter, "source", None), "name", None) or self.drafter.name
-        return Plan(name, k, draft, self.drafter)
+        return Plan(self.drafter.source.name, k, draft, self.drafter)
 
     def prefill(self, prompt: Sequence[int]) -> None:
         """Let a model drafter read the prompt during the prefill (it counts in time to first token)."""
-        prefill_drafter(self.drafter, prompt)
+        if self.drafter is not None:
+            self.drafter.prefill(prompt)
 
     def observe(self, plan: Plan, accepted: int, t_draft: float, t_verify: float) -> None:
         """Fixed policies do not adapt."""
@@ -92,7 +85,7 @@ class AutoPolicy:
         """The draft model reads the prompt only if it may be used: a drafter the measured costs
         rule out would only delay the first token."""
         if self.model is not None and not self.controller.hopeless(self.model.name):
-            prefill_drafter(self.model, prompt)
+            self.model.prefill(prompt)
 
     def observe(self, plan: Plan, accepted: int, t_draft: float, t_verify: float) -> None:
         drafted = len(plan.draft.tokens)

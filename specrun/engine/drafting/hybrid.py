@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .model import Draft, Drafter
+from .protocol import Draft, Drafter
 
 
 class HybridDrafter:
@@ -21,22 +21,24 @@ class HybridDrafter:
         self.lookup = lookup
         self.model = model
         self.min_confidence = min_confidence
-        self.source: Drafter | None = None  # the drafter behind the last proposal
+        self._last: Drafter | None = None  # the drafter behind the last proposal, until its feedback
+
+    @property
+    def source(self) -> Drafter:
+        return self._last if self._last is not None else self
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         draft = self.lookup.propose(history, k)
         if draft.tokens and draft.confidence and draft.confidence[0] >= self.min_confidence:
-            self.source = self.lookup
+            self._last = self.lookup
             return draft
-        self.source = self.model
+        self._last = self.model
         return self.model.propose(history, k)
 
     def prefill(self, prompt: Sequence[int]) -> None:
-        prefill = getattr(self.model, "prefill", None)
-        if prefill is not None:
-            prefill(prompt)
+        self.model.prefill(prompt)
 
     def feedback(self, drafted: int, accepted: int) -> None:
-        if self.source is not None:
-            self.source.feedback(drafted, accepted)
-            self.source = None
+        if self._last is not None:
+            self._last.feedback(drafted, accepted)
+            self._last = None

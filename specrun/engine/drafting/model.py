@@ -1,39 +1,14 @@
-"""Drafters propose continuations for the target to verify. This module holds the interface and the
-draft-model drafter; model-free drafters live beside it.
-
-A drafter is a function of the token history: it gets the whole history each step and keeps its own
-state (the draft model reuses the longest cached prefix), so the loop never has to tell it what was
-rejected.
-"""
+"""The draft-model drafter: a small model with the target's vocabulary drafts token by token."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from ..llama import Context, Model
 from ..sampling import SamplingParams, sample
-
-
-@dataclass
-class Draft:
-    """A proposal: tokens, and the q rows they were sampled from (None: a deterministic proposal)."""
-
-    tokens: list[int] = field(default_factory=list)
-    probs: list[np.ndarray] | None = None
-    confidence: list[float] | None = None
-
-
-class Drafter(Protocol):
-    """Anything that proposes up to k tokens for a history and learns how many were accepted."""
-
-    name: str
-
-    def propose(self, history: Sequence[int], k: int) -> Draft: ...
-
-    def feedback(self, drafted: int, accepted: int) -> None: ...
+from .protocol import Draft
 
 
 def top_probability(logits: np.ndarray) -> float:
@@ -168,3 +143,7 @@ class ModelDrafter:
 
     def feedback(self, drafted: int, accepted: int) -> None:
         """The cache is re-synced from the history at the next proposal; nothing to do here."""
+
+    @property
+    def source(self) -> "ModelDrafter":
+        return self

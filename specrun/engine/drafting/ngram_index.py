@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..llama import common_prefix
+
 
 class NgramIndex:
     """For every n-gram (n_min ≤ n ≤ n_max) of a token list, the positions right after it, oldest first.
@@ -74,13 +76,3 @@ class NgramIndex:
                 if not ends:
                     del self._ends[key]
         del self.tokens[keep:]
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading items a and b share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..llama import common_prefix
 from .copy_cursor import CopyCursor
-from .model import Draft
-from .ngram_index import NgramIndex, common_prefix
+from .ngram_index import NgramIndex
+from .protocol import Draft
 
 
 class PromptLookupDrafter:
@@ -127,6 +128,13 @@ class PromptLookupDrafter:
             src = end + i
             out.append(tokens[src] if src < size else out[src - size])
         return out, ("match", n)
+
+    def prefill(self, prompt: Sequence[int]) -> None:
+        """Nothing to read ahead: the history is indexed as proposals are asked for."""
+
+    @property
+    def source(self) -> "PromptLookupDrafter":
+        return self
 
     def feedback(self, drafted: int, accepted: int) -> None:
         """Learn from the verified outcome of the last proposal."""

@@ -75,7 +75,12 @@ class Speculation:
             self.auto = (key, controller, PromptLookupDrafter(*ngrams, max_draft=k_max))
         return self.auto[1], self.auto[2]
 
-    def decode_costs(self) -> DecodeCosts:
+    def calibrate(self) -> DecodeCosts:
+        """Measure the pair's decode costs now, whatever is cached, and keep them for later runs."""
+        self.costs = None
+        return self.decode_costs(measure=True)
+
+    def decode_costs(self, *, measure: bool = False) -> DecodeCosts:
         """The pair's decode costs: from specrun's cache, else measured now (a few seconds, once)."""
         if self.costs is None:
             pair = self.pair
@@ -84,7 +89,7 @@ class Speculation:
                 Path(config.target), Path(config.draft) if config.draft else None, threads=pair.threads,
                 gpu_layers=pair.gpu_layers, draft_gpu_layers=pair.draft_gpu_layers, build=engine_llama.system_info(),
             )
-            self.costs = cost_cache.load(key)
+            self.costs = None if measure else cost_cache.load(key)
             if self.costs is None:
                 pair.warn("specrun: measuring decode costs once for these models and settings (kept for next time)")
                 text = "The quick brown fox jumps over the lazy dog. " * 8

@@ -6,8 +6,12 @@ import os
 import subprocess
 import sys
 
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-ENV.pop("SPECRUN_DEBUG", None)
+
+def env(**extra: str) -> dict:
+    """The environment a subprocess gets: this test's (its cache folder included), unbuffered, no
+    debug tracebacks."""
+    out = {key: value for key, value in os.environ.items() if key != "SPECRUN_DEBUG"}
+    return {**out, "PYTHONUNBUFFERED": "1", **extra}
 
 
 def specrun(*args: str, stdin: str | None = None, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -17,10 +21,13 @@ def specrun(*args: str, stdin: str | None = None, env: dict | None = None, timeo
         input=stdin if stdin is not None else "",
         capture_output=True,
         text=True,
-        env={**ENV, **(env or {})},
+        env=_env(**(env or {})),
         timeout=timeout,
     )
 
 
+_env = env
+
+
 def popen(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "specrun", *map(str, args)], env=ENV, **kw)
+    return subprocess.Popen([sys.executable, "-m", "specrun", *map(str, args)], env=_env(), **kw)

@@ -29,6 +29,19 @@ def pytest_sessionfinish(session, exitstatus):  # noqa: ARG001 - pytest hook sig
     shutil.rmtree(_SANDBOX, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Each test its own specrun cache (decode costs and what auto learned are per test: no test
+    depends on another's runs); assembled models are shared, as they are slow to assemble."""
+    models = _SANDBOX / "xdg_cache_home" / "specrun" / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    cache = tmp_path_factory.mktemp("xdg-cache")
+    (cache / "specrun").mkdir()
+    (cache / "specrun" / "models").symlink_to(models, target_is_directory=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return cache
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("tiny_models")

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pytest
-from cli_helpers import ENV
+from cli_helpers import env as cli_env
 
 from specrun.atomic import write_atomic
 from specrun.bench import prompts as bench_prompts
@@ -447,7 +447,7 @@ LAUNCH = (
 
 
 def bench_cli(*args, tmp_path=None) -> subprocess.CompletedProcess:
-    env = {**ENV, "XDG_CACHE_HOME": str(tmp_path / "cache")} if tmp_path else ENV
+    env = cli_env(XDG_CACHE_HOME=str(tmp_path / "cache")) if tmp_path else cli_env()
     return subprocess.run([sys.executable, "-c", LAUNCH, "bench", *map(str, args)], capture_output=True, text=True,
                           env=env, timeout=600, stdin=subprocess.DEVNULL)
 

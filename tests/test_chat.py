@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from cli_helpers import ENV
+from cli_helpers import env as cli_env
 
 LAUNCH = "from specrun.cli import app; app.main()"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[78DMc=>]|\x1b\][^\x07]*\x07|[\x01\x02\r]")
@@ -33,7 +33,7 @@ class Terminal:
     def __init__(self, args: list[str], cwd, timeout: float = 60):
         import pty
 
-        env = {**ENV, "TERM": "xterm-256color", "COLUMNS": "200", "LINES": "50"}
+        env = {**cli_env(), "TERM": "xterm-256color", "COLUMNS": "200", "LINES": "50"}
         env.pop("NO_COLOR", None)
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child
@@ -234,7 +234,7 @@ def test_ctrl_c_stops_the_answer_and_keeps_it(terminal, tiny_target, tiny_draft,
 
 
 def run_piped(args: list[str], stdin: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], input=stdin, capture_output=True, text=True, env=ENV, timeout=120)
+    return subprocess.run([sys.executable, *args], input=stdin, capture_output=True, text=True, env=cli_env(), timeout=120)
 
 
 def test_piped_lines_are_turns(tiny_target, tiny_draft):

@@ -16,7 +16,8 @@ import termios
 import time
 
 import pytest
-from cli_helpers import ENV, popen, specrun
+from cli_helpers import env as cli_env
+from cli_helpers import popen, specrun
 from tiny_models import write_tiny_gguf
 
 GREEDY = ["--temp", "0", "--raw", "--ignore-eos"]
@@ -187,7 +188,7 @@ def test_ctrl_c_flushes_partial_text_and_summary_then_exits_130(tiny_target):
     generated = int(re.search(r"(\d+) tok · ", err.decode()).group(1))
     assert generated < 6000
     plain = subprocess.run([sys.executable, "-m", "specrun", "run", "hi", "--target", str(tiny_target), *LONG[:2], "-n",
-                            str(generated), *LONG[4:]], capture_output=True, env=ENV, timeout=120)
+                            str(generated), *LONG[4:]], capture_output=True, env=cli_env(), timeout=120)
     assert plain.stdout == out  # exactly the text of the tokens generated before the signal, byte for byte
     assert b"Traceback" not in err
 
@@ -205,7 +206,7 @@ def test_live_status_line_on_a_terminal(tiny_target, tiny_draft):
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "specrun", "run", "hi", *models(tiny_target, tiny_draft), "-n", "40", *GREEDY, "--spec", "draft"],
-        stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, env=ENV,
+        stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, env=cli_env(),
     )
     os.close(follower)
     out, _ = proc.communicate(timeout=120)
@@ -228,7 +229,7 @@ def test_live_status_line_on_a_terminal(tiny_target, tiny_draft):
 def test_a_command_module_that_fails_to_import_is_reported_not_hidden():
     """A bug in a command group must not make its command vanish: it is an internal error, exit 1."""
     code = "import sys; sys.modules['specrun.cli.chat'] = None; from specrun.cli.app import main; main(['--help'])"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=60)
     assert result.returncode == 1
     assert "internal error" in result.stderr and "specrun.cli.chat" in result.stderr and "Traceback" not in result.stderr
 

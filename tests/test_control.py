@@ -392,25 +392,71 @@ def test_trim_does_not_count_tokens_the_proposal_does_not_have():
     assert c.trim([0.95] * 15, 15) == 15
 
 
-def test_auto_skips_the_draft_prefill_when_the_draft_cannot_win():
+class RecordingModel:
+    """A draft model stand-in: records what it is asked to read and draft."""
+
+    name = "draft"
+
+    def __init__(self, cached: int = 0):
+        self.cached = cached
+        self.prefilled: list = []
+        self.caught_up: list = []
+
+    def prefill(self, prompt):
+        self.prefilled.append(list(prompt))
+
+    def behind(self, history):
+        return len(history) - self.cached
+
+    def catch_up(self, history):
+        self.caught_up.append(len(history))
+        self.cached = len(history) - 1
+
+    def propose(self, history, k):
+        from specrun.engine.drafting.protocol import Draft
+
+        return Draft([7] * k, None, [1.0] * k)
+
+    def feedback(self, drafted, accepted):
+        pass
+
+
+class EmptyLookup:
+    name = "ngram"
+
+    def propose(self, history, k):
+        from specrun.engine.drafting.protocol import Draft
+
+        return Draft()
+
+
+def test_auto_never_reads_the_prompt_into_the_draft_model_at_prefill():
+    """Time to first token is plain decoding's: the draft model catches up only when picked."""
     from specrun.engine.auto.policy import AutoPolicy
 
-    class Recorder:
-        name = "draft"
-        prompts: list = []
-
-        def prefill(self, prompt):
-            self.prompts.append(list(prompt))
-
-    hopeless = Controller(["ngram", "draft"], 8)
-    hopeless.seed({1: 0.033, 2: 0.06, 5: 0.113, 9: 0.227}, {"draft": 0.020})
-    model = Recorder()
-    AutoPolicy(hopeless, lookup=None, model=model).prefill([1, 2, 3])
-    assert model.prompts == []
     promising = Controller(["ngram", "draft"], 8)
     promising.seed({1: 0.020, 5: 0.022, 9: 0.024}, {"draft": 0.001})
-    AutoPolicy(promising, lookup=None, model=model).prefill([1, 2, 3])
-    assert model.prompts == [[1, 2, 3]]
+    model = RecordingModel()
+    policy = AutoPolicy(promising, lookup=EmptyLookup(), model=model, catchup_token_s=0.0001)
+    policy.prefill([1, 2, 3])
+    assert model.prefilled == []
+    plan = next(p for p in (policy.plan(list(range(50)), 100) for _ in range(4)) if p.name == "draft")
+    assert plan.draft.tokens and model.caught_up == [50]
+
+
+def test_a_draft_model_whose_catch_up_cannot_be_repaid_is_not_tried():
+    """With few tokens left, catching the draft model up on a long history costs more than any
+    speedup could return: auto decodes plain instead of warming it up."""
+    from specrun.engine.auto.policy import AutoPolicy
+
+    c = Controller(["ngram", "draft"], 8)
+    c.seed({1: 0.020, 5: 0.022, 9: 0.024}, {"draft": 0.001})
+    model = RecordingModel()
+    policy = AutoPolicy(c, lookup=EmptyLookup(), model=model, catchup_token_s=0.001)
+    history = list(range(4000))  # 4 s of catch-up against at most ~1 s to gain over 60 tokens
+    assert all(policy.plan(history, 60).name is None for _ in range(10))
+    assert model.caught_up == []
+    assert any(policy.plan(list(range(40)), 2000).name == "draft" for _ in range(4))  # a short history: worth it
 
 
 def test_a_lookup_draft_must_promise_a_margin_over_plain_decoding():

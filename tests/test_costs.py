@@ -3,15 +3,29 @@ controller so it needs no trial steps to know what a verification batch costs.""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
+from specrun.engine.auto import costs as costs_module
 from specrun.engine.auto.control import Controller
-from specrun.engine.auto.costs import DecodeCosts
+from specrun.engine.auto.costs import Conditions, DecodeCosts, judge
+from specrun.engine.auto.drift import DISAGREE, WINDOW
+from specrun.engine.loop import GenerationSettings
+from specrun.engine.sampling import SamplingParams
 from specrun.runtime import cost_cache
 from specrun.runtime.pair import Pair, PairConfig
+
+GOOD = Conditions(cpu_share=0.97, major_faults=0, load_average=0.1, measured_at="2026-11-30T00:00:00+00:00")
+
+
+def costs_of(verify: dict, draft: float | None = None, conditions: Conditions | None = GOOD) -> DecodeCosts:
+    return DecodeCosts(verify, draft, conditions)
 
 
 def test_cache_round_trip_and_bounded_size(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    costs = DecodeCosts({1: 0.03, 16: 0.25}, 0.02)
+    costs = costs_of({1: 0.03, 16: 0.25}, 0.02)
     cost_cache.store("a", costs)
     assert cost_cache.load("a") == costs and cost_cache.load("b") is None
     for i in range(cost_cache.MAX_ENTRIES + 5):
@@ -34,12 +48,13 @@ def test_unreadable_cache_is_measured_again(tmp_path, monkeypatch):
     cost_cache.cache_file().parent.mkdir(parents=True)
     cost_cache.cache_file().write_text("{not json")
     assert cost_cache.load("a") is None
-    cost_cache.store("a", DecodeCosts({1: 0.01}))
-    assert cost_cache.load("a") == DecodeCosts({1: 0.01})
+    cost_cache.store("a", costs_of({1: 0.01}))
+    assert cost_cache.load("a") == costs_of({1: 0.01})
 
 
 def test_pair_measures_costs_once_then_reads_them(tmp_path, monkeypatch, tiny_target, tiny_draft):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(cost_cache, "judge", lambda costs, threads=1: [])  # whatever the machine is doing now
     notices: list[str] = []
     first = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
     costs = first.speculation.decode_costs()
@@ -52,7 +67,7 @@ def test_pair_measures_costs_once_then_reads_them(tmp_path, monkeypatch, tiny_ta
         other_threads = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=2), warn=notices.append)
         other_threads.speculation.decode_costs()
         other_threads.close()
-        assert len(notices) == 2  # another thread count is another machine configuration
+        assert sum("measuring" in n for n in notices) == 2  # another thread count is another machine configuration
     finally:
         second.close()
 
@@ -89,3 +104,148 @@ def test_a_ruled_out_draft_stays_out_when_plain_steps_get_slower_at_longer_conte
         c.observe_step(None, 0, 0, 0, 0.0, 0.045, 1)
     assert c.hopeless("draft")
     assert all(c.choose([]).drafter != "draft" for _ in range(50))
+
+
+def test_costs_measured_in_bad_conditions_are_neither_kept_nor_trusted(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    busy = Conditions(cpu_share=0.45, major_faults=0, load_average=3.9)
+    paged = Conditions(cpu_share=0.99, major_faults=812, load_average=0.1)
+    for name, costs in {
+        "busy": costs_of({1: 3.1, 16: 15.0}, 2.65, busy),
+        "paged out": costs_of({1: 0.03, 16: 0.14}, 0.015, paged),
+        "no record": costs_of({1: 0.03, 16: 0.14}, 0.015, None),
+        "batch cheaper than one": costs_of({1: 0.03, 2: 0.01}, 0.015),
+        "draft slower than target": costs_of({1: 0.03, 16: 0.14}, 0.05),
+    }.items():
+        assert judge(costs, 2), name
+        assert cost_cache.store(name, costs, 2) and cost_cache.load(name, 2) is None, name
+    good = costs_of({1: 0.028, 16: 0.14, 32: 0.24}, 0.015)
+    assert judge(good, 2) == [] and cost_cache.store("good", good, 2) == [] and cost_cache.load("good", 2) == good
+    # An entry written by an older version, with no record of how it was measured, is ignored.
+    entries = json.loads(cost_cache.cache_file().read_text())
+    entries["old"] = {"verify_s": {"1": 3.1}, "draft_token_s": 2.65}
+    cost_cache.cache_file().write_text(json.dumps(entries))
+    assert cost_cache.load("old", 2) is None
+
+
+class BusyMeter(costs_module.Meter):
+    """As if other processes held the CPU while the calibration timed its passes."""
+
+    @property
+    def cpu_share(self):
+        return 0.4
+
+
+def test_a_calibration_under_load_is_used_once_and_the_next_run_measures_again(tmp_path, monkeypatch, tiny_target, tiny_draft):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    notices: list[str] = []
+    monkeypatch.setattr(costs_module, "Meter", BusyMeter)
+    busy = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
+    try:
+        assert busy.speculation.decode_costs().conditions.cpu_share == 0.4
+    finally:
+        busy.close()
+    assert any("not kept" in n and "CPU" in n for n in notices)
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    idle = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
+    try:
+        costs = idle.speculation.decode_costs()
+        assert costs.conditions.cpu_share != 0.4 and sum("measuring" in n for n in notices) == 2
+    finally:
+        idle.close()
+
+
+def test_cached_costs_that_steps_prove_far_too_high_are_corrected_then_dropped(tmp_path, monkeypatch, tiny_target, tiny_draft):
+    """The poisoning seen in the field: a cache holding 3.1 s per target pass and 2.65 s per draft
+    token, measured on a busy machine but passing every check. The run's own steps time in
+    milliseconds: auto corrects its costs within a few steps, and drops the entry so the next run
+    measures again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
+    try:
+        key = cost_cache.cache_key(tiny_target, tiny_draft, threads=1, gpu_layers=pair.gpu_layers,
+                                   draft_gpu_layers=pair.draft_gpu_layers, build=pair_build())
+        poisoned = costs_of({1: 3.1, 2: 4.6, 5: 9.3, 16: 15.5, 32: 26.4}, 2.65)
+        assert cost_cache.store(key, poisoned, 1) == []
+        assert pair.speculation.decode_costs() == poisoned  # read back: nothing in it looks wrong
+        loop = pair.loop(GenerationSettings(max_tokens=40, sampling=SamplingParams(temperature=0), ignore_eos=True), mode="auto")
+        list(loop.run(pair.prompt_tokens("poisoned", chat=False)))
+        factor = loop.stats.policy["seeded_costs_off_by"]
+        assert factor is not None and factor < 1 / DISAGREE
+        assert loop.policy.controller.verify(16) < 1.0  # every seeded cost was scaled, not only those timed
+        assert cost_cache.load(key, 1) is None  # the next run measures again
+    finally:
+        pair.close()
+
+
+def pair_build() -> str:
+    from specrun.engine import llama
+
+    return llama.system_info()
+
+
+def test_the_controller_rescales_seeded_costs_only_on_consistent_disagreement():
+    c = Controller(["ngram"], 8, warmup_steps=0)
+    c.seed({1: 0.030, 9: 0.100})
+    for _ in range(WINDOW - 1):
+        c.observe_step(None, 0, 0, 0, 0.0, 0.010, 1)  # a third of the seeded single-pass cost
+    c.observe_step(None, 0, 0, 0, 0.0, 0.029, 1)  # one step agrees: no proof yet
+    assert c.drift.factor == 1.0
+    for _ in range(WINDOW):
+        c.observe_step(None, 0, 0, 0, 0.0, 0.010, 1)
+    assert c.drift.factor == pytest.approx(1 / 3, rel=0.01)
+    assert c.verify(9) == pytest.approx(0.100 / 3, rel=0.02)
+    noisy = Controller(["ngram"], 8, warmup_steps=0)
+    noisy.seed({1: 0.030, 9: 0.100})
+    for i in range(40):  # steps that scatter around the seeded cost never rescale it
+        noisy.observe_step(None, 0, 0, 0, 0.0, 0.030 * (1.4 if i % 2 else 0.75), 1)
+    assert noisy.drift.factor == 1.0
+
+
+def test_what_auto_learned_carries_over_to_the_next_process(tmp_path, monkeypatch, tiny_target, tiny_draft):
+    """A one-shot run starts from the acceptance earlier runs measured with the same models, not
+    from priors it has to probe its way out of."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    gpu_like = costs_of({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, 0.001)
+    settings = GenerationSettings(max_tokens=60, sampling=SamplingParams(temperature=0), ignore_eos=True)
+    first = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
+    try:
+        first.speculation.costs = gpu_like
+        loop = first.loop(settings, mode="auto")
+        list(loop.run(first.prompt_tokens("abc abc abc abc abc abc abc abc", chat=False)))
+        learned = loop.policy.controller.learned()
+        assert loop.stats.drafted > 0
+    finally:
+        first.close()
+    assert cost_cache.LEARNED.path().exists()
+    second = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
+    try:
+        second.speculation.costs = gpu_like
+        policy = second.speculation.policy("auto", settings, None)
+        fresh = Controller(["ngram", "draft"], policy.controller.k_max)
+        restored = policy.controller.tracks["ngram"].accept.rates()
+        assert restored != fresh.tracks["ngram"].accept.rates()  # not the priors
+        used = [t for t in learned["ngram"]["accept"]["t"] if t]
+        assert used and policy.controller.tracks["ngram"].accept.trials[0] <= 8.0  # weighed as a prior, not a verdict
+        assert policy.lookup.state()["first"]  # the lookup's estimates came back too
+    finally:
+        second.close()
+
+
+def test_fresh_mode_starts_every_generation_anew_and_keeps_nothing(tmp_path, monkeypatch, tiny_target, tiny_draft):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
+    try:
+        pair.speculation.costs = costs_of({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, 0.001)
+        pair.speculation.fresh = True
+        settings = GenerationSettings(max_tokens=20, sampling=SamplingParams(temperature=0), ignore_eos=True)
+        first, second = (pair.loop(settings, mode="auto") for _ in range(2))
+        assert first.policy.controller is not second.policy.controller
+        list(first.run(pair.prompt_tokens("abc abc abc", chat=False)))
+        assert not cost_cache.LEARNED.path().exists()
+        pair.speculation.fresh = False
+        third, fourth = (pair.loop(settings, mode="auto") for _ in range(2))
+        assert third.policy.controller is fourth.policy.controller
+    finally:
+        pair.close()

@@ -178,6 +178,7 @@ class SpeculativeLoop:
             stats.total_time = time.perf_counter() - start
             stats.generated_tokens = len(self.generated)
             stats.policy = self.policy.summary()
+            self.policy.finish()
             if decode_before is not None:
                 stats.llama_decode_time = self._decode_seconds() - decode_before
 

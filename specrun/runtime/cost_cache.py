@@ -1,7 +1,11 @@
-"""Decode costs measured once per (models, build, threads, GPU layers, sizes timed), kept in specrun's cache.
+"""What specrun remembers between runs about a pair, in its cache folder: the decode costs (keyed by
+models, build, threads and placement) and the acceptance auto learned (keyed by models and the
+lookup's settings).
 
 A pair's cost curve changes only when one of those does, so `auto` reads it from disk instead of
-spending seconds to measure it in every run.
+spending seconds to measure it in every run; but only a curve measured in good conditions is
+stored or read back (engine.auto.costs.judge), and one that later runs find far off is dropped,
+so a measurement taken on a busy machine cannot mislead every run after it.
 """
 
 from __future__ import annotations
@@ -11,14 +15,61 @@ import json
 from pathlib import Path
 
 from ..atomic import write_atomic
-from ..engine.auto.costs import CALIBRATION_SIZES, DecodeCosts
+from ..engine.auto.costs import CALIBRATION_SIZES, DecodeCosts, judge
 from ..models.fetch import cache_dir
 
 MAX_ENTRIES = 32
+FORMAT = 2  # entries of other formats are ignored (format 1 kept no record of how costs were measured)
+
+
+class KeyedStore:
+    """A small JSON file of the newest MAX_ENTRIES entries by key, written atomically; a file that
+    cannot be read or written only costs a measurement or a lesson."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def path(self) -> Path:
+        return cache_dir() / self.name
+
+    def _entries(self) -> dict:
+        try:
+            data = json.loads(self.path().read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, key: str) -> dict | None:
+        entry = self._entries().get(key)
+        return entry if isinstance(entry, dict) else None
+
+    def put(self, key: str, value: dict) -> None:
+        entries = self._entries()
+        entries.pop(key, None)
+        entries[key] = value
+        while len(entries) > MAX_ENTRIES:
+            entries.pop(next(iter(entries)))
+        self._write(entries)
+
+    def drop(self, key: str) -> None:
+        entries = self._entries()
+        if entries.pop(key, None) is not None:
+            self._write(entries)
+
+    def _write(self, entries: dict) -> None:
+        try:
+            self.path().parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path(), json.dumps(entries, indent=1))
+        except OSError:
+            pass
+
+
+COSTS = KeyedStore("decode-costs.json")
+LEARNED = KeyedStore("acceptance.json")
 
 
 def cache_file() -> Path:
-    return cache_dir() / "decode-costs.json"
+    return COSTS.path()
 
 
 def _identity(path: Path | None) -> list | None:
@@ -28,38 +79,39 @@ def _identity(path: Path | None) -> list | None:
     return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
 
 
-def cache_key(target: Path, draft: Path | None, *, threads: int, gpu_layers: int, draft_gpu_layers: int, build: str) -> str:
+def cache_key(target: Path, draft: Path | None, *, threads: int, gpu_layers: int, draft_gpu_layers: int, build: str,
+              placement: object = None) -> str:
     """A digest of everything the costs depend on."""
-    parts = [_identity(target), _identity(draft), threads, gpu_layers, draft_gpu_layers, build, list(CALIBRATION_SIZES)]
+    parts = [FORMAT, _identity(target), _identity(draft), threads, gpu_layers, draft_gpu_layers, build, list(CALIBRATION_SIZES),
+             placement]
+    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
+
+
+def learned_key(target: Path, draft: Path | None, ngrams: tuple[int, int]) -> str:
+    """A digest of what acceptance depends on: the models and the lookup's match lengths."""
+    parts = [FORMAT, _identity(target), _identity(draft), list(ngrams)]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
 
-def _entries() -> dict:
+def load(key: str, threads: int = 1) -> DecodeCosts | None:
+    """The stored costs for `key`; None when absent, unreadable or not to be trusted (see
+    engine.auto.costs.judge): they are then measured again."""
+    entry = COSTS.get(key)
     try:
-        data = json.loads(cache_file().read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def load(key: str) -> DecodeCosts | None:
-    """The stored costs for `key`; None when absent or unreadable (they are measured again)."""
-    entry = _entries().get(key)
-    try:
-        return DecodeCosts.from_dict(entry) if entry else None
+        costs = DecodeCosts.from_dict(entry) if entry else None
     except (KeyError, TypeError, ValueError):
         return None
+    return costs if costs is not None and not judge(costs, threads) else None
 
 
-def store(key: str, costs: DecodeCosts) -> None:
-    """Save costs under `key`, keeping the newest MAX_ENTRIES; a cache that cannot be written is skipped."""
-    entries = _entries()
-    entries.pop(key, None)
-    entries[key] = costs.to_dict()
-    while len(entries) > MAX_ENTRIES:
-        entries.pop(next(iter(entries)))
-    try:
-        cache_file().parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(cache_file(), json.dumps(entries, indent=1))
-    except OSError:
-        pass
+def store(key: str, costs: DecodeCosts, threads: int = 1) -> list[str]:
+    """Keep costs under `key` if they were measured in good conditions; returns why not otherwise."""
+    reasons = judge(costs, threads)
+    if not reasons:
+        COSTS.put(key, costs.to_dict())
+    return reasons
+
+
+def drop(key: str) -> None:
+    """Forget the costs under `key` (later runs found them far off): the next run measures again."""
+    COSTS.drop(key)

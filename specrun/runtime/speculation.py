@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 
 from .. import defaults
 from ..engine import llama as engine_llama
-from ..engine.auto.control import Controller
+from ..engine.auto.control import LEARNED_WEIGHT, Controller
 from ..engine.auto.costs import DecodeCosts
 from ..engine.auto.costs import measure as measure_costs
+from ..engine.auto.drift import DISAGREE
 from ..engine.auto.policy import AutoPolicy, FixedPolicy
 from ..engine.drafting.hybrid import HybridDrafter
 from ..engine.drafting.model import ModelDrafter
@@ -36,6 +37,9 @@ class Speculation:
         self.pair = pair
         self.auto: tuple | None = None  # (key, controller, lookup), kept across generations
         self.costs: DecodeCosts | None = None  # the pair's decode costs, once read or measured
+        self.cost_key: str | None = None
+        self.fresh = False  # every auto generation starts afresh, as a one-shot process (bench --fresh)
+        self._snapshots: dict[tuple[int, int], dict | None] = {}
 
     def policy(self, mode: str, settings: GenerationSettings, rng) -> FixedPolicy | AutoPolicy:
         """The per-step drafting policy for a mode (fresh state: estimates are per generation)."""
@@ -61,39 +65,74 @@ class Speculation:
         names = [lookup.name] + ([model.name] if model is not None else [])
         ngrams = (settings.ngram_min, settings.ngram_max)
         controller, lookup = self._auto_state(names, k, min(k, defaults.DRAFT_MAX), ngrams)
-        return AutoPolicy(controller, lookup, model)
+        catchup = self.costs.draft_prefill_token_s or self.costs.draft_token_s or 0.0
+        return AutoPolicy(controller, lookup, model, catchup_token_s=catchup,
+                          on_finish=lambda policy: self.finished(policy, ngrams))
 
     def _auto_state(self, names: list[str], k_max: int, k_start: int, ngrams: tuple[int, int]) -> tuple[Controller, PromptLookupDrafter]:
         """The auto controller and its lookup drafter live as long as the pair: costs and acceptance
-        learned in one generation (a chat turn, a bench run) carry over to the next."""
+        learned in one generation (a chat turn, a bench run) carry over to the next. A new one
+        starts from the pair's costs and from what earlier runs learned (kept in specrun's cache);
+        with `fresh` every generation gets a new one, as a new process would."""
         key = (tuple(names), k_max, ngrams)
-        if self.auto is None or self.auto[0] != key:
+        if self.fresh or self.auto is None or self.auto[0] != key:
             controller = Controller(names, k_max=k_max, k_start=k_start)
             costs = self.decode_costs()
             per_token = {ModelDrafter.name: costs.draft_token_s} if costs.draft_token_s and ModelDrafter.name in names else {}
             controller.seed(costs.verify_s, per_token)
-            self.auto = (key, controller, PromptLookupDrafter(*ngrams, max_draft=k_max))
+            lookup = PromptLookupDrafter(*ngrams, max_draft=k_max)
+            learned = self._learned(ngrams)
+            if learned:
+                controller.learn(learned.get("controller", {}))
+                lookup.restore(learned.get("lookup", {}), LEARNED_WEIGHT)
+            self.auto = (key, controller, lookup)
         return self.auto[1], self.auto[2]
 
+    def _learned_key(self, ngrams: tuple[int, int]) -> str:
+        config = self.pair.config
+        return cost_cache.learned_key(Path(config.target), Path(config.draft) if config.draft else None, ngrams)
+
+    def _learned(self, ngrams: tuple[int, int]) -> dict | None:
+        """What earlier runs learned; read once per process, so runs in one process (a bench with
+        `fresh`) all start from the same point."""
+        if ngrams not in self._snapshots:
+            self._snapshots[ngrams] = cost_cache.LEARNED.get(self._learned_key(ngrams))
+        return self._snapshots[ngrams]
+
+    def finished(self, policy: AutoPolicy, ngrams: tuple[int, int]) -> None:
+        """After an auto generation: keep what it learned for later runs (not when `fresh`), and
+        drop cached costs that its own timing proved far too high (a calibration on a busy
+        machine): the next run measures again."""
+        controller = policy.controller
+        drift = controller.drift
+        if drift is not None and drift.factor < 1 / DISAGREE and self.cost_key is not None:
+            cost_cache.drop(self.cost_key)
+        if not self.fresh:
+            cost_cache.LEARNED.put(self._learned_key(ngrams), {"controller": controller.learned(), "lookup": policy.lookup.state()})
+
     def calibrate(self) -> DecodeCosts:
-        """Measure the pair's decode costs now, whatever is cached, and keep them for later runs."""
+        """Measure the pair's decode costs now, whatever is cached, and keep them for later runs
+        if they were measured in good conditions."""
         self.costs = None
         return self.decode_costs(measure=True)
 
     def decode_costs(self, *, measure: bool = False) -> DecodeCosts:
-        """The pair's decode costs: from specrun's cache, else measured now (a few seconds, once)."""
+        """The pair's decode costs: from specrun's cache, else measured now (a few seconds, once).
+        Costs measured in bad conditions are used for this run only, and said so."""
         if self.costs is None:
             pair = self.pair
             config = pair.config
-            key = cost_cache.cache_key(
+            self.cost_key = cost_cache.cache_key(
                 Path(config.target), Path(config.draft) if config.draft else None, threads=pair.threads,
                 gpu_layers=pair.gpu_layers, draft_gpu_layers=pair.draft_gpu_layers, build=engine_llama.system_info(),
             )
-            self.costs = None if measure else cost_cache.load(key)
+            self.costs = None if measure else cost_cache.load(self.cost_key, pair.threads)
             if self.costs is None:
-                pair.warn("specrun: measuring decode costs once for these models and settings (kept for next time)")
+                pair.warn("specrun: measuring decode costs for these models and settings (a few seconds; kept for next time)")
                 text = "The quick brown fox jumps over the lazy dog. " * 8
                 tokens = pair.target_model.tokenize(text, add_special=True, parse_special=False)[:48]
-                self.costs = measure_costs(pair.target_ctx, pair.draft_ctx, tokens)
-                cost_cache.store(key, self.costs)
+                self.costs = measure_costs(pair.target_ctx, pair.draft_ctx, tokens, threads=pair.threads)
+                rejected = cost_cache.store(self.cost_key, self.costs, pair.threads)
+                if rejected:
+                    pair.warn(f"specrun: these costs are used for this run only and not kept: {'; '.join(rejected)}")
         return self.costs

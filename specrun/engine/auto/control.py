@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
+from .drift import CostDrift
 from .estimates import CostCurve, DrafterEstimates
 
 
@@ -41,6 +42,8 @@ PLAIN = Choice(None, 0)
 LOOKUP_MARGIN = 1.1  # a lookup draft is taken only when it promises 10% more than the alternative:
 # its confidence is an estimate, and a wrong long draft costs several plain steps
 HOPE_MARGIN = 1.2  # full acceptance never happens: a drafter must promise this much over plain to be tried
+EXPLORE_ODDS = 0.5  # the chance an untried drafter turns out as good as it could be, when weighing a try
+LEARNED_WEIGHT = 8.0  # trials an earlier run's acceptance counts for: a prior, not a verdict
 
 
 class Controller:
@@ -112,6 +115,10 @@ class Controller:
         self._hinted = False  # the last choice was made with the lookup's proposal in hand
         self._recent_tokens = 0.0  # decayed tokens and seconds of recent steps: the achieved rate
         self._recent_seconds = 0.0
+        self.drift: CostDrift | None = None  # are the seeded costs this machine's? (see drift.py)
+        self._seeded_draft: dict[str, float] = {}
+        self.remaining: int | None = None  # tokens the generation may still produce (None: unknown)
+        self.catchup_s: dict[str, float] = {}  # seconds a drafter must spend before it can draft (a cache behind)
 
     def seed(self, verify_s: dict[int, float], draft_token_s: dict[str, float] | None = None) -> None:
         """Start from measured costs: target pass seconds by batch size, and seconds per drafted token
@@ -119,14 +126,36 @@ class Controller:
         that cannot win even at full acceptance is never warmed up."""
         for size, seconds in sorted(verify_s.items()):
             self.verify.add(size, seconds)
-        for name, per_token in (draft_token_s or {}).items():
-            track = self._track(name)
-            for m in (1, self.k_max):
-                track.draft_cost.add(m, m * per_token)
+        self._seeded_draft = dict(draft_token_s or {})
+        for name, per_token in self._seeded_draft.items():
+            self._seed_draft_cost(name, per_token)
+        self.drift = CostDrift(verify_s) if verify_s else None
         self._profiles.clear()
         # Judged once, from one consistent calibration: later plain steps run at longer contexts
         # than the calibration's larger batches and would make the comparison drift.
-        self.ruled_out = {name for name in (draft_token_s or {}) if self.hopeless(name)}
+        self.ruled_out = {name for name in self._seeded_draft if self.hopeless(name)}
+
+    def _seed_draft_cost(self, name: str, per_token: float) -> None:
+        track = self._track(name)
+        track.draft_cost = CostCurve(decay=self.cost_decay)
+        for m in (1, self.k_max):
+            track.draft_cost.add(m, m * per_token)
+
+    def _correct_costs(self, factor: float) -> None:
+        """The seeded costs proved off by `factor`: every seeded cost is scaled by it (draft costs
+        too, where that drafter has not been timed yet), and the steps that proved it count as
+        measurements. The hopeless verdicts are taken again from the corrected costs."""
+        verify = CostCurve(decay=self.cost_decay)
+        for size, seconds in self.drift.curve.points().items():
+            verify.add(size, seconds)
+        for size, seconds in self.drift.observations():
+            verify.add(size, seconds)
+        self.verify = verify
+        for name, per_token in self._seeded_draft.items():
+            if self.tracks[name].steps == 0:
+                self._seed_draft_cost(name, per_token * self.drift.factor)
+        self._profiles.clear()
+        self.ruled_out = {name for name in self._seeded_draft if self.tracks[name].steps == 0 and self.hopeless(name)}
 
     def _track(self, name: str) -> DrafterEstimates:
         if name not in self.tracks:
@@ -175,14 +204,23 @@ class Controller:
         return self._best(skip)[0]
 
     def _best(self, skip: str | None = None) -> tuple[Choice, float]:
-        best, best_rate = PLAIN, self.plain_rate() or 0.0
+        plain = self.plain_rate() or 0.0
+        best, best_rate = PLAIN, plain
         for name in self.tracks:
             if name == skip:
                 continue
             for k, rate in enumerate(self.rates(name) or [], start=1):
-                if rate > best_rate:
+                if rate > best_rate and self._repays_catchup(name, rate, plain):
                     best, best_rate = Choice(name, k), rate
         return best, best_rate
+
+    def _repays_catchup(self, name: str, rate: float, plain: float) -> bool:
+        """A drafter whose cache must first catch up (the draft model after plain steps) is worth
+        switching to only if its gain over the tokens left pays for that."""
+        catchup = self.catchup_s.get(name, 0.0)
+        if not catchup or self.remaining is None or plain <= 0:
+            return True
+        return self.remaining * (1.0 / plain - 1.0 / rate) > catchup
 
     def achieved_rate(self) -> float | None:
         """Tokens per second over recent steps, whatever ran."""
@@ -236,7 +274,35 @@ class Controller:
 
     # -- the per-step protocol ---------------------------------------------------------------
 
-    def choose(self, lookup_confidence: Sequence[float] | None = None) -> Choice:
+    def learned(self) -> dict:
+        """Acceptance and draft length by position per drafter, to be kept between runs."""
+        return {name: {"accept": t.accept.state(), "length": t.length.state()} for name, t in self.tracks.items()}
+
+    def learn(self, learned: dict) -> None:
+        """Start from what an earlier run learned, weighed as LEARNED_WEIGHT trials: a fresh process
+        then judges drafters by evidence instead of probing them from nothing."""
+        for name, state in learned.items():
+            if name in self.tracks and isinstance(state, dict):
+                self.tracks[name].accept.restore(state.get("accept", {}), LEARNED_WEIGHT)
+                self.tracks[name].length.restore(state.get("length", {}), LEARNED_WEIGHT)
+        self._profiles.clear()
+
+    def worth_exploring(self, drafter: str, steps: int = 1) -> bool:
+        """Whether trying `drafter` for `steps` steps can repay itself within the tokens left: a try
+        costs its step over a plain one (and any catch-up its cache needs first); it pays back only
+        if the drafter turns out good (EXPLORE_ODDS), by at most the time its ceiling saves per
+        token over the remaining tokens. Unknown costs or budget: worth it."""
+        ceiling, plain = self.ceiling(drafter), self.plain_rate()
+        if self.remaining is None or ceiling is None or plain is None:
+            return True
+        track = self.tracks[drafter]
+        k = self.probe_k if track.steps >= self.warmup_steps else self.k_start
+        extra = steps * (track.draft_cost(k) + self.verify(k + 1) - self.verify(1)) + self.catchup_s.get(drafter, 0.0)
+        saving = EXPLORE_ODDS * self.remaining * (1.0 / plain - 1.0 / ceiling)
+        return saving > extra
+
+    def choose(self, lookup_confidence: Sequence[float] | None = None, *, remaining: int | None = None,
+               catchup_s: dict[str, float] | None = None) -> Choice:
         """The configuration for the next step: measuring first, then the best, with sparse probes.
 
         `lookup_confidence`: the confidences of the lookup drafter's proposal for this step (drafted
@@ -244,6 +310,8 @@ class Controller:
         of those tokens worth verifying, and the loop verifies that prefix of the proposal in hand.
         """
         self._hinted = lookup_confidence is not None and self.lookup is not None
+        self.remaining = remaining
+        self.catchup_s = catchup_s or {}
         choice = self._warmup() or (self._decide_hinted(lookup_confidence) if self._hinted else self._decide())
         self.choices[(choice.drafter, choice.k)] += 1
         self.reasons[choice.reason] += 1
@@ -256,7 +324,8 @@ class Controller:
         if 1 not in self.verify.count:
             return Choice(None, 0, "warmup")
         for name, track in self.tracks.items():
-            if track.steps < self.warmup_steps and not (self._hinted and name == self.lookup) and not self.hopeless(name):
+            if (track.steps < self.warmup_steps and not (self._hinted and name == self.lookup) and not self.hopeless(name)
+                    and self.worth_exploring(name, self.warmup_steps - track.steps)):
                 return Choice(name, self.k_start, "warmup")
         return None
 
@@ -281,7 +350,8 @@ class Controller:
     def _probe_or(self, best: Choice) -> Choice:
         """A due probe of a drafter other than the best, else the best (whose probe interval resets)."""
         for name, due in self.next_probe.items():
-            if name != best.drafter and self.steps >= due and not (self._hinted and name == self.lookup) and not self.hopeless(name):
+            if (name != best.drafter and self.steps >= due and not (self._hinted and name == self.lookup)
+                    and not self.hopeless(name) and self.worth_exploring(name)):
                 return Choice(name, self.probe_k, "probe")
         if best.drafter is not None:
             self.probe_every[best.drafter] = self.probe_base
@@ -295,11 +365,12 @@ class Controller:
         option: each is worth its expected tokens minus its expected seconds times that value."""
         value = self.time_value()
         best, best_worth = PLAIN, 1.0 - value * self.verify(1)
+        plain = self.plain_rate() or 0.0
         for name in self.tracks:
             if name == self.lookup:
                 continue
             for k, (tokens, seconds) in enumerate(self.profile(name) or [], start=1):
-                if tokens - value * seconds > best_worth:
+                if tokens - value * seconds > best_worth and self._repays_catchup(name, tokens / seconds, plain):
                     best, best_worth = Choice(name, k), tokens - value * seconds
         if confidence and len(self.verify.count) < 2:
             # Only single-token passes measured: verify costs for a batch are a guess that would
@@ -333,6 +404,8 @@ class Controller:
         self.steps += 1
         self._profiles.clear()
         self.verify.add(n_batch, t_verify)
+        if self.drift is not None and self.drift.observe(n_batch, t_verify) is not None:
+            self._correct_costs(self.drift.factor)
         self._recent_tokens = self.rate_decay * self._recent_tokens + accepted + 1
         self._recent_seconds = self.rate_decay * self._recent_seconds + t_draft + t_verify
         if drafter is None or k <= 0:
@@ -390,5 +463,6 @@ class Controller:
             "plain_tokens_per_s": round(plain, 3) if plain else None,
             "achieved_tokens_per_s": round(achieved, 3) if achieved else None,
             "verify_s_by_batch": {str(n): round(s, 6) for n, s in self.verify.points().items()},
+            "seeded_costs_off_by": None if self.drift is None or self.drift.factor == 1.0 else round(self.drift.factor, 4),
             "drafters": drafters,
         }

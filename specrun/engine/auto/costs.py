@@ -2,44 +2,141 @@
 
 Speculation pays only where verifying K+1 tokens costs much less than K+1 single passes, and that
 curve is a property of the hardware and build, not of the text: on one 2-core CPU a pass over 16
-tokens cost 7× a single one but a pass over 15 cost 9×. Measuring it once lets `auto` decide from
-its first step instead of learning the curve by trial.
+tokens cost 5× a single one, a pass over 15 more. Measuring it once lets `auto` decide from its
+first step instead of learning the curve by trial.
+
+A measurement is only worth keeping if the process had the machine to itself: timings taken while
+other processes held the CPU, or while weights were read back from disk (paged out while idle),
+are inflated many times over, and a curve cached from them misleads every later run. So every
+layer is warmed before timing, each size is timed several times and its minimum kept (load only
+ever adds time), and the measurement records how much CPU the process got and how many pages it
+had to read (`Conditions`); `judge` says whether the curve may be kept.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import time
-from dataclasses import dataclass
-from typing import Sequence
-
-import numpy as np
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Callable, Sequence
 
 from ..llama import Context
 
 # Batch sizes timed for auto: small drafts, and either side of the sizes where llama.cpp's batched
 # kernels change (on one CPU 16 and 32 tokens cost less than 15 and 31).
 CALIBRATION_SIZES = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32)
-CALIBRATION_REPS = 2
+CALIBRATION_REPS = 5
+MIN_CPU_SHARE = 0.8  # of the CPU time the timed passes needed: less means other processes competed
+MIN_RATIO = 0.95  # a pass over n > 1 tokens may not cost less than this share of a single one
+PREFILL_BATCH = 32  # draft tokens per timed catch-up pass
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """How a measurement went: the CPU its timed passes got, the pages it read back, the load."""
+
+    cpu_share: float | None  # process CPU seconds over wall seconds × threads, while timing
+    major_faults: int  # pages read from disk while timing (paged-out weights)
+    load_average: float | None  # the 1-minute load average when timing began
+    reps: int = CALIBRATION_REPS
+    estimator: str = "min"
+    measured_at: str = ""
 
 
 @dataclass
 class DecodeCosts:
-    """Median seconds of a target pass by batch size, and of one draft-model token."""
+    """Seconds of a target pass by batch size, and of one draft-model token; how they were measured."""
 
     verify_s: dict[int, float]
     draft_token_s: float | None = None
+    conditions: Conditions | None = field(default=None, compare=False)
+    draft_prefill_token_s: float | None = None  # per token of a draft pass over PREFILL_BATCH: a cache catching up
 
     def to_dict(self) -> dict:
-        return {"verify_s": {str(k): v for k, v in self.verify_s.items()}, "draft_token_s": self.draft_token_s}
+        data = {"verify_s": {str(k): v for k, v in self.verify_s.items()}, "draft_token_s": self.draft_token_s,
+                "draft_prefill_token_s": self.draft_prefill_token_s}
+        if self.conditions is not None:
+            data["conditions"] = asdict(self.conditions)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "DecodeCosts":
-        return cls({int(k): float(v) for k, v in data["verify_s"].items()}, data.get("draft_token_s"))
+        conditions = data.get("conditions")
+        return cls({int(k): float(v) for k, v in data["verify_s"].items()}, data.get("draft_token_s"),
+                   Conditions(**conditions) if conditions else None, data.get("draft_prefill_token_s"))
 
 
-def time_batches(ctx: Context, tokens: Sequence[int], sizes: Sequence[int], reps: int) -> dict[int, float]:
-    """Median seconds of ctx.decode over a batch of each size, on top of `tokens` as context.
+def judge(costs: DecodeCosts, threads: int = 1) -> list[str]:
+    """Why these costs must not be kept and reused (empty: they may). Costs with no record of how
+    they were measured are not trusted either."""
+    reasons = []
+    c = costs.conditions
+    if c is None:
+        reasons.append("no record of how they were measured")
+    else:
+        if c.cpu_share is not None and c.cpu_share < MIN_CPU_SHARE:
+            reasons.append(f"the process got {c.cpu_share:.0%} of the CPU its {threads} threads needed (other processes competed)")
+        if c.major_faults:
+            reasons.append(f"{c.major_faults} pages were read back from disk while timing (weights had been paged out)")
+    single = costs.verify_s.get(1)
+    if not single or single <= 0:
+        reasons.append("no single-token pass was timed")
+    else:
+        cheap = [n for n, s in costs.verify_s.items() if n > 1 and s < MIN_RATIO * single]
+        if cheap:
+            reasons.append(f"a pass over {min(cheap)} tokens timed cheaper than a single token")
+        if costs.draft_token_s is not None and costs.draft_token_s > single:
+            reasons.append("a draft token timed slower than a target pass")
+    return reasons
 
+
+class Meter:
+    """Process CPU time and major page faults over a stretch of wall time."""
+
+    def __init__(self, threads: int, clock: Callable[[], float] = time.perf_counter):
+        self.threads = max(1, threads)
+        self.clock = clock
+        self.wall = 0.0
+        self.cpu = 0.0
+        self.faults = 0
+
+    def __enter__(self) -> "Meter":
+        self._start = (self.clock(), _cpu_seconds(), _major_faults())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall, cpu, faults = self._start
+        self.wall += self.clock() - wall
+        self.cpu += _cpu_seconds() - cpu
+        self.faults += _major_faults() - faults
+
+    @property
+    def cpu_share(self) -> float | None:
+        return self.cpu / (self.wall * self.threads) if self.wall > 0 else None
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _major_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def time_batches(ctx: Context, tokens: Sequence[int], sizes: Sequence[int], reps: int, meter: Meter | None = None) -> dict[int, float]:
+    """Fastest seconds of ctx.decode over a batch of each size, on top of `tokens` as context.
+
+    Every size is decoded once untimed first, so each weight has been read and each kernel used.
     Sizes are interleaved within each repetition and the cache is trimmed back after every pass,
     so each one sees the same context length. The cache is left holding `tokens`.
     """
@@ -48,24 +145,38 @@ def time_batches(ctx: Context, tokens: Sequence[int], sizes: Sequence[int], reps
     base = len(ctx.tokens)
     filler = list(tokens) * (max(sizes) // max(len(tokens), 1) + 1)
     times: dict[int, list[float]] = {size: [] for size in sizes}
-    for _ in range(reps):
+    for rep in range(reps + 1):
         for size in sizes:
             start = time.perf_counter()
-            ctx.decode(filler[:size], "all" if size > 1 else "last")
-            times[size].append(time.perf_counter() - start)
+            if rep and meter is not None:
+                with meter:
+                    ctx.decode(filler[:size], "all" if size > 1 else "last")
+            else:
+                ctx.decode(filler[:size], "all" if size > 1 else "last")
+            if rep:  # the first round warms up
+                times[size].append(time.perf_counter() - start)
             ctx.trim(base)
-    return {size: float(np.median(values)) for size, values in times.items()}
+    return {size: min(values) for size, values in times.items()}
 
 
 def measure(target: Context, draft: Context | None, tokens: Sequence[int], sizes: Sequence[int] = CALIBRATION_SIZES,
-            reps: int = CALIBRATION_REPS) -> DecodeCosts:
-    """Time the target by batch size and the draft per token; both caches are emptied afterwards."""
+            reps: int = CALIBRATION_REPS, threads: int = 1) -> DecodeCosts:
+    """Time the target by batch size and the draft per token; both caches are emptied afterwards.
+    The result records the conditions (see `judge`)."""
     sizes = [s for s in sizes if len(tokens) + s <= target.n_ctx]
+    meter = Meter(threads)
+    load = _load_average()
     try:
-        verify = time_batches(target, tokens, sizes, reps)
-        draft_s = time_batches(draft, tokens, [1], reps)[1] if draft is not None else None
+        verify = time_batches(target, tokens, sizes, reps, meter)
+        draft_tokens = [t for t in tokens if t < draft.model.n_vocab] if draft is not None else []
+        draft_times = time_batches(draft, draft_tokens, [1, PREFILL_BATCH], reps, meter) if draft_tokens else {}
     finally:
         target.trim(0)
         if draft is not None:
             draft.trim(0)
-    return DecodeCosts(verify, draft_s)
+    conditions = Conditions(
+        cpu_share=None if meter.cpu_share is None else round(meter.cpu_share, 3), major_faults=meter.faults,
+        load_average=load, reps=reps, measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    prefill = draft_times[PREFILL_BATCH] / PREFILL_BATCH if PREFILL_BATCH in draft_times else None
+    return DecodeCosts(verify, draft_times.get(1), conditions, prefill)

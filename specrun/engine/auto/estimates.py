@@ -40,6 +40,20 @@ class PositionRates:
             if i < successes:
                 self.successes[i] += 1.0
 
+    def state(self) -> dict:
+        """The evidence, to be kept between runs."""
+        return {"s": [round(x, 4) for x in self.successes], "t": [round(x, 4) for x in self.trials]}
+
+    def restore(self, state: dict, cap: float) -> None:
+        """Take up evidence kept by an earlier run (any size; extra positions are dropped), weighed
+        as at most `cap` trials at position 1, so this run's own outcomes soon outweigh it."""
+        successes, trials = list(state.get("s", [])), list(state.get("t", []))
+        n = min(self.size, len(successes), len(trials))
+        scale = min(1.0, cap / trials[0]) if n and trials[0] > 0 else 1.0
+        for i in range(n):
+            self.trials[i] = max(0.0, float(trials[i])) * scale
+            self.successes[i] = min(max(0.0, float(successes[i])) * scale, self.trials[i])
+
     def forget(self, keep: float) -> None:
         """Scale the evidence down at once, for when the text has visibly changed."""
         self.successes = [s * keep for s in self.successes]

@@ -6,8 +6,9 @@ the K it was allowed) and reports back what the step cost and how much was accep
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..drafting.protocol import Draft, Drafter
 from .control import Controller
@@ -45,6 +46,9 @@ class FixedPolicy:
     def observe(self, plan: Plan, accepted: int, t_draft: float, t_verify: float) -> None:
         """Fixed policies do not adapt."""
 
+    def finish(self) -> None:
+        """Fixed policies keep nothing between generations."""
+
     def label(self) -> str:
         if self.drafter is None:
             return "plain"
@@ -61,16 +65,23 @@ class AutoPolicy:
     hand; the draft model is only run when the controller picks it.
     """
 
-    def __init__(self, controller: Controller, lookup: Drafter, model: Drafter | None):
+    def __init__(self, controller: Controller, lookup: Drafter, model: Drafter | None, *, catchup_token_s: float = 0.0,
+                 on_finish: Callable[["AutoPolicy"], None] | None = None):
         self.controller = controller
         self.lookup = lookup
         self.model = model
+        self.catchup_token_s = catchup_token_s  # seconds per prompt or history token the draft model must catch up on
+        self.on_finish = on_finish
         self.last = "auto: measuring"
+        self._catchup_spent = 0.0  # seconds the last plan spent bringing the draft model's cache up to date
 
     def plan(self, history: Sequence[int], budget: int) -> Plan:
         cap = min(self.controller.k_max, budget)
         hint = self.lookup.propose(history, cap) if cap > 0 else Draft()
-        choice = self.controller.choose(hint.confidence or [])
+        catchup = {}
+        if self.model is not None and self.catchup_token_s:
+            catchup[self.model.name] = self.model.behind(history) * self.catchup_token_s
+        choice = self.controller.choose(hint.confidence or [], remaining=budget, catchup_s=catchup)
         k = min(choice.k, budget)
         self.last = f"auto: {choice.label()}"
         if choice.drafter is None or k <= 0:
@@ -79,16 +90,22 @@ class AutoPolicy:
             kept = hint.tokens[:k]
             return Plan(self.lookup.name, k, Draft(kept, None, (hint.confidence or [])[: len(kept)]), self.lookup)
         drafter = self.model
+        start = time.perf_counter()
+        drafter.catch_up(history)  # timed apart: it is not what drafting k tokens costs
+        self._catchup_spent = time.perf_counter() - start
         return Plan(drafter.name, k, drafter.propose(history, k), drafter)
 
     def prefill(self, prompt: Sequence[int]) -> None:
-        """The draft model reads the prompt only if it may be used: a drafter the measured costs
-        rule out would only delay the first token."""
-        if self.model is not None and not self.controller.hopeless(self.model.name):
-            self.model.prefill(prompt)
+        """Nothing is read ahead: the draft model catches up on the prompt only when the controller
+        first picks it (a cost it weighs), so the time to first token is plain decoding's."""
+
+    def finish(self) -> None:
+        if self.on_finish is not None:
+            self.on_finish(self)
 
     def observe(self, plan: Plan, accepted: int, t_draft: float, t_verify: float) -> None:
         drafted = len(plan.draft.tokens)
+        t_draft, self._catchup_spent = max(0.0, t_draft - self._catchup_spent), 0.0
         self.controller.observe_step(plan.name, plan.k, drafted, accepted, t_draft, t_verify, drafted + 1)
 
     def label(self) -> str:

@@ -106,6 +106,18 @@ class ModelDrafter:
         self.ctx.trim(keep)
         return self.ctx.decode(list(history[keep:]), "last")
 
+    def catch_up(self, history: Sequence[int]) -> None:
+        """Feed all of `history` but its last token, which the next proposal decodes for its logits."""
+        history = self._feedable(history)
+        keep = self.ctx.common_prefix(history)
+        self.ctx.trim(keep)
+        if keep < len(history) - 1:
+            self.ctx.decode(list(history[keep:-1]), "none")
+
+    def behind(self, history: Sequence[int]) -> int:
+        """Tokens of `history` the cache lacks: what the next proposal must feed before drafting."""
+        return len(history) - self.ctx.common_prefix(self._feedable(history))
+
     def prefill(self, prompt: Sequence[int]) -> None:
         """Feed the prompt alongside the target's prefill, so the first draft only adds one token."""
         prompt = self._feedable(prompt)

@@ -132,6 +132,22 @@ class PromptLookupDrafter:
     def prefill(self, prompt: Sequence[int]) -> None:
         """Nothing to read ahead: the history is indexed as proposals are asked for."""
 
+    def state(self) -> dict:
+        """What it has learned of its evidence's acceptance, to be kept between runs."""
+        return {name: [[kind, n, round(s, 4), round(t, 4)] for (kind, n), (s, t) in table.items()]
+                for name, table in (("first", self._first), ("rest", self._rest))}
+
+    def restore(self, state: dict, cap: float) -> None:
+        """Take up what an earlier run learned, each estimate weighed as at most `cap` trials."""
+        for name, table in (("first", self._first), ("rest", self._rest)):
+            for row in state.get(name, []):
+                try:
+                    kind, n, successes, trials = str(row[0]), int(row[1]), float(row[2]), float(row[3])
+                except (IndexError, TypeError, ValueError):
+                    continue
+                scale = min(1.0, cap / trials) if trials > 0 else 1.0
+                table[(kind, n)] = [min(successes, trials) * scale, trials * scale]
+
     @property
     def source(self) -> "PromptLookupDrafter":
         return self

@@ -619,3 +619,38 @@ def test_quick_bench_on_the_default_pair(real_pair_paths, tmp_path):
         if row["mode"] == "draft":
             assert row["acceptance_rate"] is not None and row["efficiency"] is not None
     assert doc["correctness"]["violations"] == 0 and doc["correctness"]["runs_judged"] > 0
+
+
+def test_the_plot_leaves_out_positions_never_drafted_and_keeps_its_legend_off_the_data(fake_document, monkeypatch):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    from matplotlib.figure import Figure
+
+    doc = json.loads(json.dumps(fake_document))
+    row = next(r for r in doc["categories"] if r["category"] == "qa" and r["mode"] == "draft" and r["draft_max"] == 2)
+    row["acceptance_by_position"] = [0.9, None]  # position 2 never drafted
+    saved: list = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: saved.append(self))
+    plot_png(doc)
+    figure = saved[0]
+    bottoms = [axis for axis in figure.axes if tuple(axis.get_ylim()) == (0, 1.05)]
+    drawn = [(list(line.get_xdata()), list(line.get_ydata())) for axis in bottoms for line in axis.get_lines()]
+    assert ([1], [0.9]) in drawn  # the drafted position is drawn, the undrafted one is absent (not a 0)
+    assert figure.legends and not any(axis.get_legend() for axis in figure.axes)  # one legend, outside every panel
+
+
+def test_the_table_shows_end_to_end_speedup_beside_decode_speedup(fake_document):
+    headers, rows = table_rows(fake_document)
+    assert headers[headers.index("speedup") + 1] == "end to end"
+    assert all(cell.endswith("×") or cell == "—" for cell in (r[headers.index("end to end")] for r in rows))
+
+
+def test_disturbed_runs_are_flagged(fake_document):
+    from specrun.bench.report import disturbed
+
+    record = RunRecord(0, 0, 0, [1], "", Stats(total_time=1.0, prefill_time=0.1, llama_decode_time=0.8, cpu_time=0.5,
+                                                major_faults=3))
+    reasons = disturbed(record, threads=2)
+    assert any("3 major page faults" in r for r in reasons) and any("CPU" in r for r in reasons)
+    calm = RunRecord(0, 0, 0, [1], "", Stats(total_time=1.0, prefill_time=0.1, llama_decode_time=0.8, cpu_time=1.85))
+    assert disturbed(calm, threads=2) == []
+    assert all("flagged_runs" in r for r in fake_document["categories"])

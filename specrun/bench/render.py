@@ -50,7 +50,7 @@ def table_rows(doc: dict, level: str = "category", compact: bool = False) -> tup
     """Headers and cells of the summary table: one line per (category or prompt, configuration).
     `compact` (the terminal) drops α and the speedup range, which the files keep."""
     headers = ["category" if level == "category" else "prompt", "config", "TTFT s", "decode tok/s", "total s", "speedup",
-               "accept", "α", "tok/step", "predicted", "efficiency", "identical"]
+               "end to end", "accept", "α", "tok/step", "predicted", "efficiency", "identical"]
     rows = []
     for row in doc["categories" if level == "category" else "prompts"]:
         name = row["category"] if level == "category" else row["prompt_id"]
@@ -62,6 +62,7 @@ def table_rows(doc: dict, level: str = "category", compact: bool = False) -> tup
                                                        _rate_digits(row["decode_tokens_per_s_max"])),
             _num(row["total_time_s"], 2),
             speedup if compact else speedup + _range(row["speedup_min"], row["speedup_max"]),
+            _num(row["speedup_end_to_end"], 2, "×"),
             _pct(row["acceptance_rate"]),
             _num(row["alpha"], 2),
             _num(row["mean_tokens_per_step"], 2),
@@ -192,54 +193,55 @@ def require_matplotlib():
 
 
 def plot_png(doc: dict) -> bytes:
-    """Two panels: speedup against K per category and mode; acceptance by draft position at the
-    largest K. A category keeps its colour in both panels, a mode its line style; "all" is bold."""
+    """Speedup by K, a panel per category (one K: a bar per configuration), and acceptance by
+    draft position at each category's largest K. A mode keeps its colour everywhere; the legend
+    sits below the panels, never over the data; a position that was never drafted is left out."""
     matplotlib = require_matplotlib()
     matplotlib.use("Agg", force=True)
     from matplotlib.figure import Figure
 
     rows = [r for r in doc["categories"] if r["mode"] != "off"]
-    categories = list(dict.fromkeys(r["category"] for r in rows))
-    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    categories = list(dict.fromkeys(r["category"] for r in rows)) or ["all"]
+    temperatures = sorted({r["temperature"] for r in rows})
+    series_keys = list(dict.fromkeys((r["mode"], r["temperature"]) for r in rows))
     palette = matplotlib.colormaps["tab10"]
-    colour = {c: ("black" if c == "all" else palette(i % 10)) for i, c in enumerate(categories)}
-    style = {m: ("-", "--", ":", "-.")[i % 4] for i, m in enumerate(modes)}
-    multi_t = len({r["temperature"] for r in rows}) > 1
+    colour = {key: palette(i % 10) for i, key in enumerate(series_keys)}
 
-    def draw(axis, xs, ys, row):
-        label = f"{row['category']} · {row['mode']}" + (f" · T={row['temperature']:g}" if multi_t else "")
-        axis.plot(xs, ys, marker="o", label=label, color=colour[row["category"]], linestyle=style[row["mode"]],
-                  linewidth=2.5 if row["category"] == "all" else 1.2)
+    def name(key) -> str:
+        return key[0] + (f" T={key[1]:g}" if len(temperatures) > 1 else "")
 
-    fig = Figure(figsize=(11, 4.5), dpi=100)
-    left, right = fig.subplots(1, 2)
-    series: dict[tuple, list[dict]] = {}
-    for r in rows:
-        if r["speedup"] is not None:
-            series.setdefault((r["category"], r["mode"], r["temperature"]), []).append(r)
-    for group in series.values():
-        group.sort(key=lambda r: r["draft_max"])
-        draw(left, [r["draft_max"] for r in group], [r["speedup"] for r in group], group[0])
-    left.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-    ks = sorted({r["draft_max"] for r in rows})
-    left.set_xticks(ks)
-    left.set_xlabel("K (draft tokens per step)")
-    left.set_ylabel("speedup vs plain (decode tok/s)")
-    left.set_title("Speedup by K")
-    k_max = max(ks, default=0)
-    for r in rows:
-        if r["draft_max"] == k_max and r["acceptance_by_position"]:
-            draw(right, list(range(1, len(r["acceptance_by_position"]) + 1)), r["acceptance_by_position"], r)
-    right.set_xticks(list(range(1, k_max + 1)))
-    right.set_ylim(0, 1.05)
-    right.set_xlabel("draft position")
-    right.set_ylabel("acceptance rate")
-    right.set_title(f"Acceptance by position (K={k_max})")
-    for axis in (left, right):
-        axis.grid(alpha=0.3)
-        if axis.get_legend_handles_labels()[0]:
-            axis.legend(fontsize=7)
-    fig.tight_layout()
+    fig = Figure(figsize=(max(8, 2.6 * len(categories)), 6.5), dpi=100)
+    axes = fig.subplots(2, len(categories), squeeze=False)
+    handles: dict[str, object] = {}
+    for column, category in enumerate(categories):
+        top, bottom = axes[0][column], axes[1][column]
+        mine = [r for r in rows if r["category"] == category]
+        for key in series_keys:
+            group = sorted((r for r in mine if (r["mode"], r["temperature"]) == key and r["speedup"] is not None),
+                           key=lambda r: r["draft_max"])
+            if group:
+                (line,) = top.plot([r["draft_max"] for r in group], [r["speedup"] for r in group], marker="o",
+                                   color=colour[key], linewidth=2.0 if category == "all" else 1.3)
+                handles.setdefault(name(key), line)
+            widest = max((r for r in mine if (r["mode"], r["temperature"]) == key), key=lambda r: r["draft_max"], default=None)
+            if widest is not None and widest["acceptance_by_position"]:
+                points = [(i + 1, a) for i, a in enumerate(widest["acceptance_by_position"]) if a is not None]
+                if points:
+                    bottom.plot(*zip(*points), marker=".", color=colour[key])
+        top.axhline(1.0, color="grey", linestyle="--", linewidth=1)
+        top.set_title(category, fontsize=10)
+        top.set_xlabel("K (most draft tokens per step)", fontsize=8)
+        bottom.set_ylim(0, 1.05)
+        bottom.set_xlabel("draft position", fontsize=8)
+        for axis in (top, bottom):
+            axis.grid(alpha=0.3)
+            axis.tick_params(labelsize=8)
+        if column == 0:
+            top.set_ylabel("speedup vs plain (decode tok/s)", fontsize=8)
+            bottom.set_ylabel("acceptance", fontsize=8)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return buffer.getvalue()

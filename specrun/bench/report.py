@@ -40,7 +40,7 @@ ROW_FIELDS = (
     "acceptance_rate", "alpha", "mean_tokens_per_step", "expected_tokens_per_step",
     "acceptance_by_position", "drafted", "accepted", "steps", "draft_time_s", "verify_time_s",
     "predicted_speedup", "efficiency",
-    "identical", "diverged_prompts", "divergence_position", "violations",
+    "identical", "diverged_prompts", "divergence_position", "violations", "flagged_runs",
 )
 
 
@@ -76,6 +76,7 @@ class Aggregator:
         for check in result.checks:
             self.checks.setdefault((check.prompt, check.config), []).append(check)
         self.plain_index = {c.temperature: i for i, c in enumerate(self.configs) if c.plain}
+        self.threads = max(result.threads, 1)
         self._prompt_rows: dict[tuple[int, int], dict] = {}
 
     # -- prompt level -----------------------------------------------------------------------
@@ -110,6 +111,7 @@ class Aggregator:
             "draft_time_s": spread(s.draft_time for s in stats)[0],
             "verify_time_s": spread(s.verify_time for s in stats)[0],
             **self._correctness([(p, c)]),
+            "flagged_runs": sum(1 for r in runs if disturbed(r, self.threads)),
         }
         row["predicted_speedup"] = self._predicted(runs, config)
         row["efficiency"] = costmodel.efficiency(row["speedup"], row["predicted_speedup"])
@@ -148,6 +150,7 @@ class Aggregator:
             "predicted_speedup": predicted,
             "efficiency": costmodel.efficiency(speedup, predicted),
             **self._correctness([(p, c) for p in prompts]),
+            "flagged_runs": _sum(row["flagged_runs"] for row in rows),
         })
         return out
 
@@ -179,7 +182,7 @@ class Aggregator:
             "alpha": alpha,
             "mean_tokens_per_step": after_first / steps if steps else None,
             "expected_tokens_per_step": costmodel.expected_tokens_per_step(alpha, config.draft_max) if alpha is not None else None,
-            "acceptance_by_position": [round(a / d, 4) if d else 0.0 for a, d in zip(by_accepted, by_drafted)],
+            "acceptance_by_position": [round(a / d, 4) if d else None for a, d in zip(by_accepted, by_drafted)],
         }
 
     def _predicted(self, runs: Sequence[RunRecord], config: Config) -> float | None:
@@ -303,6 +306,25 @@ def correctness(result: BenchResult, pieces=None) -> dict:
     }
 
 
+def run_share(record: RunRecord, threads: int) -> float | None:
+    """CPU time one run got over what it needed alone (as `noise` computes it for the whole bench)."""
+    s = record.stats
+    parallel = s.prefill_time + s.llama_decode_time
+    alone = threads * parallel + max(s.total_time - parallel, 0.0)
+    return s.cpu_time / alone if alone > 0 and s.cpu_time else None
+
+
+def disturbed(record: RunRecord, threads: int) -> list[str]:
+    """Why one run's timing is suspect: pages read back from disk, or too little CPU."""
+    reasons = []
+    if record.stats.major_faults:
+        reasons.append(f"{record.stats.major_faults} major page faults")
+    share = run_share(record, threads)
+    if share is not None and share < CPU_SHARE_WARN:
+        reasons.append(f"{share:.0%} of the CPU it needed")
+    return reasons
+
+
 def noise(result: BenchResult, environment: dict, prompt_rows: Sequence[dict]) -> tuple[dict, list[str]]:
     """Signs that the machine was not quiet, and the warnings they call for.
 
@@ -330,7 +352,13 @@ def noise(result: BenchResult, environment: dict, prompt_rows: Sequence[dict]) -
         row = worst[1]
         warnings.append(f"decode speed varied {worst[0]:.1f}× between repetitions of {row['prompt_id']} ({row['label']}): "
                         "medians resist outliers, but check that the machine is idle")
+    flagged = [r for r in result.records if disturbed(r, threads)]
+    if flagged:
+        faults = sum(r.stats.major_faults for r in flagged)
+        warnings.append(f"{len(flagged)} of {len(result.records)} runs were disturbed ({faults} major page faults in all, "
+                        "or too little CPU): their rows count `flagged_runs`; each run's figures are in `runs`")
     figures = {
+        "flagged_runs": len(flagged),
         "cpu_share": None if share is None else round(share, 3),
         "load_average_start": load,
         "max_run_spread": None if worst is None else {"ratio": round(worst[0], 3), "prompt_id": worst[1]["prompt_id"],
@@ -377,10 +405,13 @@ def _config_order(result: BenchResult, config_id: str) -> int:
 
 
 def _run_entry(result: BenchResult, record: RunRecord) -> dict:
+    share = run_share(record, max(result.threads, 1))
     return {
         "run": record.rep + 1,
         "prompt_id": result.prompts[record.prompt].id,
         "config": result.configs[record.config].id,
         "stats": record.stats.to_dict(),
+        "cpu_share": None if share is None else round(share, 3),
+        "disturbed": disturbed(record, max(result.threads, 1)),
         "text": record.text,
     }

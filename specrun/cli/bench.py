@@ -53,6 +53,7 @@ Warmup = Annotated[int, typer.Option("--warmup", min=0, help="Untimed warm-up ro
 Category = Annotated[Optional[list[str]], typer.Option("--category", help="Only these categories (repeatable or comma-separated): code-generation, code-editing, structured-output, question-answering, creative-writing, or those of --prompts.", rich_help_panel=BENCH)]
 PromptsFile = Annotated[Optional[Path], typer.Option("--prompts", help='Your own prompts: JSONL, one {"prompt": ..., "category": ..., "id": ..., "system": ...} per line (only "prompt" required).', rich_help_panel=BENCH)]
 Limit = Annotated[Optional[int], typer.Option("--limit", min=1, help="At most this many prompts per category (the first ones).", rich_help_panel=BENCH)]
+Fresh = Annotated[bool, typer.Option("--fresh", help="Start auto afresh in every run, as a new `specrun run` process would (from the cached costs and what earlier processes learned), instead of carrying its estimates from run to run.", rich_help_panel=BENCH)]
 Quick = Annotated[bool, typer.Option("--quick", help="Smoke run: the shortest prompt per category, 32 tokens, 1 run, K = 4 (explicit flags still win).", rich_help_panel=BENCH)]
 Seed = Annotated[int, typer.Option("--seed", "-s", help="Base seed: prompt i uses seed + i in every configuration and run.", rich_help_panel=opt.SAMPLING)]
 JsonFile = Annotated[Optional[str], typer.Option("--json", metavar="FILE|-", help="Write the JSON document to FILE, or to stdout with '-'.", rich_help_panel=opt.OUTPUT)]
@@ -79,6 +80,7 @@ def bench(
     prompts: PromptsFile = None,
     limit: Limit = None,
     quick: Quick = False,
+    fresh: Fresh = False,
     seed: Seed = 0,
     ignore_eos: opt.IgnoreEos = False,
     tuning: opt.TuningFlags = opt.TuningFlags(),
@@ -114,13 +116,14 @@ def bench(
     resolved = resolve(models)
     configs = configurations(modes, ks, temperatures, QUICK["draft_max"] if quick else resolved.recommended_k)
     loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
+    loaded.speculation.fresh = fresh
     try:
         engine = PairEngine(loaded, chat=chat)
         env = environment(loaded, load_average_start=load_start)
         with progress_display(out.err, unit="steps", quiet=out.quiet) as progress:
             result = run_bench(engine, chosen, configs, settings, lambda phase, *rest: progress(f"bench: {phase}", *rest))
         record = {**settings.to_dict(), "spec": modes, "draft_max": ks, "temperatures": temperatures, "chat": chat,
-                  "categories": list(dict.fromkeys(p.category for p in chosen)), "limit": limit, "quick": quick,
+                  "categories": list(dict.fromkeys(p.category for p in chosen)), "limit": limit, "quick": quick, "fresh": fresh,
                   "prompts_file": str(prompts) if prompts else None}
         doc = document(result, env, record, pieces=engine.piece)
     finally:

@@ -261,12 +261,16 @@ class Context:
         self.tokens: list[int] = []
         self.decode_seconds = 0.0  # time inside llama_decode, to tell engine overhead from model time
 
-    def decode(self, tokens: Sequence[int], logits: str = "last") -> np.ndarray | None:
+    def decode(self, tokens: Sequence[int], logits: str = "last", *, copy: bool = True) -> np.ndarray | None:
         """Append tokens to the cache; return logits rows ("last": shape (n_vocab,), "all": (n, n_vocab), "none").
 
         Long inputs are split into n_batch chunks; with "last" only the final chunk asks for logits,
-        with "all" every chunk does and the rows are joined.
+        with "all" every chunk does and the rows are joined. `copy=False` returns a view of
+        llama.cpp's own buffer (no copy of K+1 vocabulary-sized rows), valid only until the next
+        decode on this context, and only for input that fits one chunk.
         """
+        if not copy and len(tokens) > self.n_batch:
+            raise ValueError("a view of the logits needs the tokens in one batch")
         if not tokens:
             raise ValueError("decode needs at least one token")
         if len(self.tokens) + len(tokens) > self.n_ctx:
@@ -281,10 +285,10 @@ class Context:
             mode = logits if final or logits == "all" else "none"
             self._decode_chunk(chunk, mode)
             if mode != "none":
-                rows.append(self._logits(len(chunk) if mode == "all" else 1))
+                rows.append(self._logits(len(chunk) if mode == "all" else 1, copy))
         if logits == "none":
             return None
-        return rows[0][0] if logits == "last" else np.concatenate(rows)
+        return rows[0][0] if logits == "last" else rows[0] if len(rows) == 1 else np.concatenate(rows)
 
     def _decode_chunk(self, chunk: Sequence[int], mode: str) -> None:
         lib = _llama()
@@ -308,10 +312,10 @@ class Context:
             raise SpecrunError(f"llama_decode failed with status {status}", "raise --ctx-size; SPECRUN_DEBUG=1 shows details")
         self.tokens.extend(chunk)
 
-    def _logits(self, rows: int) -> np.ndarray:
+    def _logits(self, rows: int, copy: bool = True) -> np.ndarray:
         pointer = _llama().llama_get_logits(self.ptr)
         view = np.ctypeslib.as_array(pointer, shape=(rows, self.model.n_vocab))
-        return view.copy()
+        return view.copy() if copy else view
 
     def trim(self, n_keep: int) -> None:
         """Drop every cached position from n_keep on (rejected draft tokens, diverged history)."""

@@ -6,6 +6,7 @@ which is fed first in the next verification batch, `[last] + draft`, with logits
 
 from __future__ import annotations
 
+import resource
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
@@ -110,7 +111,8 @@ class SpeculativeLoop:
         """One target pass over [last] + draft; rewind the cache past the first rejection."""
         base = len(self.target.tokens)
         batch = [last] + draft.tokens
-        rows = self.target.decode(batch, "all" if draft.tokens else "last")
+        # A view of llama.cpp's buffer: read before the next decode, never kept.
+        rows = self.target.decode(batch, "all" if draft.tokens else "last", copy=False)
         rows = rows.reshape(len(batch), -1)
         if self.sampling.greedy:
             verdict = verify_greedy(draft.tokens, rows)
@@ -151,6 +153,7 @@ class SpeculativeLoop:
         """Yield one Step per target pass as soon as it is verified; the last one carries `finished`."""
         stats = self.stats
         stats.prompt_tokens = len(prompt)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
         start = time.perf_counter()
         decode_before = None
         try:
@@ -176,6 +179,9 @@ class SpeculativeLoop:
             yield self._finish(step, reason)
         finally:
             stats.total_time = time.perf_counter() - start
+            now = resource.getrusage(resource.RUSAGE_SELF)
+            stats.cpu_time = now.ru_utime + now.ru_stime - usage.ru_utime - usage.ru_stime
+            stats.major_faults = now.ru_majflt - usage.ru_majflt
             stats.generated_tokens = len(self.generated)
             stats.policy = self.policy.summary()
             self.policy.finish()

@@ -22,6 +22,8 @@ class Stats:
     draft_time: float = 0.0
     verify_time: float = 0.0
     llama_decode_time: float = 0.0  # inside llama_decode after the prefill
+    cpu_time: float = 0.0  # CPU seconds this process used during the generation, all threads
+    major_faults: int = 0  # pages read back from disk during the generation (weights paged out while idle)
     stop_reason: str = ""
     by_drafter: dict = field(default_factory=dict)  # name → {"steps", "drafted", "accepted"}; "plain" for K=0
     policy: dict | None = None  # the auto controller's summary (choices, estimates)
@@ -100,6 +102,8 @@ class Stats:
             "verify_time_s": round(self.verify_time, 6),
             "llama_decode_time_s": round(self.llama_decode_time, 6),
             "overhead_fraction": _round(self.overhead_fraction),
+            "cpu_time_s": round(self.cpu_time, 6),
+            "major_faults": self.major_faults,
             "stop_reason": self.stop_reason,
             "by_drafter": {name: dict(c) for name, c in self.by_drafter.items()},
             "policy": self.policy,

@@ -114,18 +114,18 @@ def test_after_any_rewrite_the_draft_equals_a_fresh_drafters():
 
 def test_copy_confidence_grows_with_the_run_and_is_learned_per_run_length():
     drafter = PromptLookupDrafter()
-    assert drafter.confidence(2, kind="copy") < drafter.confidence(16, kind="copy")
+    assert drafter.confidence(2, kind="edit") < drafter.confidence(16, kind="edit")
     _follow(drafter, RENAMED, (3, 7, X + 1))
     history = PROMPT + RENAMED[: X + 3]
     draft = drafter.propose(history, 4)  # an edit copy that has run 2 tokens since the change
     run = drafter.cursor.run
-    assert draft.confidence == [drafter.confidence(run, j, "copy") for j in (1, 2, 3, 4)]
+    assert draft.confidence == [drafter.confidence(run, j, "edit") for j in (1, 2, 3, 4)]
     assert draft.confidence[1] < draft.confidence[3]  # a later token belongs to a longer run
-    before = drafter.confidence(run, 2, "copy")
+    before = drafter.confidence(run, 2, "edit")
     for _ in range(20):
         drafter.propose(history, 4)
         drafter.feedback(4, 4)
-    assert drafter.confidence(run, 2, "copy") > max(before, 0.9)
+    assert drafter.confidence(run, 2, "edit") > max(before, 0.9)
 
 
 def test_one_matching_token_far_from_the_break_does_not_resume_the_copy():

@@ -137,8 +137,11 @@ def test_match_drafts_equal_a_fresh_drafter_through_random_growth_and_rewinds():
 
 def test_confidence_starts_from_match_length_and_learns_from_feedback():
     drafter = PromptLookupDrafter()
-    assert drafter.confidence(1) == pytest.approx(0.5)  # a token after an accepted one: n/(n+1)
-    assert drafter.confidence(3) == pytest.approx(0.75)
+    assert drafter.confidence(1) == pytest.approx(1 / 3)  # in text written from scratch: n/(n+2)
+    assert drafter.confidence(3) == pytest.approx(0.6)
+    assert drafter.confidence(1, kind="match+") == pytest.approx(0.5)  # in an answer that copies: n/(n+1)
+    assert drafter.confidence(3, kind="match+") == pytest.approx(0.75)
+    assert drafter.confidence(32, kind="match+") == pytest.approx(0.93)  # never trusted blindly
     assert drafter.confidence(2, position=1) == pytest.approx(0.5)  # the first token: n/(n+2)
     history = [1, 2, 3, 4, 5, 6, 1, 2]  # match of 2
     before = drafter.propose(history, 2).confidence[0]
@@ -151,7 +154,7 @@ def test_confidence_starts_from_match_length_and_learns_from_feedback():
         drafter.feedback(2, 2)
     first, second = drafter.propose(history, 2).confidence
     assert first > 0.85 and second > 0.85
-    assert drafter.confidence(3) == pytest.approx(0.75)  # other match lengths keep their own estimate
+    assert drafter.confidence(3) == pytest.approx(0.6)  # other match lengths keep their own estimate
 
 
 def test_matches_that_fail_at_once_or_copy_long_runs_are_not_averaged_into_one_rate():
@@ -181,7 +184,7 @@ def test_an_unused_proposal_is_scored_against_the_tokens_that_followed():
 def test_feedback_without_a_proposal_is_ignored():
     drafter = PromptLookupDrafter()
     drafter.feedback(3, 1)
-    assert drafter.confidence(1) == pytest.approx(0.5)
+    assert drafter.confidence(1) == pytest.approx(1 / 3)
 
 
 class FakeModel:
@@ -220,3 +223,23 @@ def test_hybrid_falls_back_to_the_model_without_a_confident_match():
     assert hybrid.propose([5, 1, 6, 1], 3).tokens == [0, 0, 0]  # a one-token match: confidence 0.5
     hybrid.feedback(3, 2)
     assert model.proposals == 2 and model.feedbacks == [(3, 1), (3, 2)]
+
+
+def test_a_match_in_an_answer_that_copies_is_estimated_apart_from_one_in_fresh_text():
+    """Code written from scratch repeats stretches of earlier text by chance and breaks off at once;
+    an answer that edits its source keeps copying. Outcomes in one do not move the other."""
+    from specrun.engine.drafting.copy_cursor import SHARE_WINDOW
+
+    source = list(range(100, 160))
+    copying, fresh = PromptLookupDrafter(), PromptLookupDrafter()
+    for drafter, answer in ((copying, source[:SHARE_WINDOW]), (fresh, list(range(500, 500 + SHARE_WINDOW)) + [100, 101])):
+        drafter.propose(source + answer[:1], 4)  # the prompt is read, then the answer token by token
+        for end in range(2, len(answer) + 1):
+            drafter.propose(source + answer[:end], 4)
+    assert copying.cursor.copy_share > 0.9  # the answer so far copies its prompt
+    assert fresh.cursor.copy_share < 0.2
+    assert copying._match_kind() == "match+" and fresh._match_kind() == "match"
+    for _ in range(10):
+        fresh._learn(("match", 2), 0, failed=True)
+    assert fresh.confidence(2, position=1, kind="match") < 0.25
+    assert fresh.confidence(2, position=1, kind="match+") == pytest.approx(0.5)

@@ -16,6 +16,9 @@ from bisect import bisect_left
 from .ngram_index import NgramIndex
 
 
+SHARE_WINDOW = 32  # tokens over which the share of copied tokens is averaged
+
+
 class CopyCursor:
     """The source position being copied from, kept in step with the history token by token.
 
@@ -46,6 +49,8 @@ class CopyCursor:
         self.global_min = max(global_min, index.n_min)
         self.rules: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._rules_by_first: dict[int, set[tuple[int, ...]]] = {}
+        self.copy_share = 0.0  # share of recent tokens the copy predicted: all so far, then the last SHARE_WINDOW or so
+        self.followed = 0
         self.reset(0)
 
     # -- state -------------------------------------------------------------------------------
@@ -83,12 +88,17 @@ class CopyCursor:
 
     def _follow(self, h: int) -> None:
         token = self.index.tokens[h]
+        copied = False
         if self.pos is not None:
             expected = self._expected(h)
-            if expected == token:
-                self._advance()
-                self.run += 1
-                return
+            copied = expected == token
+        self.followed += 1
+        self.copy_share += (copied - self.copy_share) / min(self.followed, SHARE_WINDOW)
+        if copied:
+            self._advance()
+            self.run += 1
+            return
+        if self.pos is not None:
             self._lose(h)
         self._resync(h)
 

@@ -69,21 +69,28 @@ class PromptLookupDrafter:
         were accepted, for a match of length n (kind "match") or a copy that has run n tokens
         ("copy"). The first token is estimated apart from the rest; a later token of a copy is
         judged as a copy that has run that much further."""
-        key = (kind, n) if position == 1 else self._rest_key(kind, n, position)
+        key = self._first_key(kind, n) if position == 1 else self._rest_key(kind, n, position)
         successes, trials = (self._first if position == 1 else self._rest).get(key, (0.0, 0.0))
         w = self.prior_weight
-        return (successes + w * _prior(key[1], first=position == 1)) / (trials + w)
+        return (successes + w * _prior(key[0], key[1], first=position == 1)) / (trials + w)
 
     def confidences(self, n: int, length: int, kind: str = "match") -> list[float]:
         return [self.confidence(n, j, kind) for j in range(1, length + 1)]
 
     @staticmethod
+    def _first_key(kind: str, n: int) -> tuple[str, int]:
+        """The estimate a first token uses. Resuming after an edit is one question however far the
+        copy has run again (does this answer edit its source, and did it resume at the right
+        place?), so all such resumptions share one estimate, and a few misses correct it."""
+        return (kind, 0) if kind == "edit" else (kind, n)
+
+    @staticmethod
     def _rest_key(kind: str, n: int, position: int) -> tuple[str, int]:
         """The estimate a token after the first uses: its match's own, or, in a copy, that of a
         copy which has run the tokens before it."""
-        if kind == "match":
+        if kind in MATCH_KINDS:
             return kind, n
-        return "copy", _run_bucket(n + position - 1)
+        return kind, _run_bucket(n + position - 1)
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
         keep = self.index.sync(history)
@@ -106,11 +113,11 @@ class PromptLookupDrafter:
         cursor = self.cursor
         if cursor is None:
             return None
-        if cursor.synced and cursor.found_near:
-            evidence, limit = ("copy", _run_bucket(cursor.run)), self.max_draft
+        if cursor.synced and (cursor.found_near or cursor.run >= EDIT_SHARE_RUN) and cursor.copy_share >= EDIT_SHARE:
+            evidence, limit = ("edit", _run_bucket(cursor.run)), self.max_draft
         elif cursor.synced:
             n = min(cursor.run, self.index.n_max)
-            evidence, limit = ("match", n), self.draft_length(n)
+            evidence, limit = (self._match_kind(), n), self.draft_length(n)
         else:
             return None
         out = cursor.draft(min(k, limit))
@@ -127,7 +134,14 @@ class PromptLookupDrafter:
         for i in range(min(k, self.draft_length(n))):
             src = end + i
             out.append(tokens[src] if src < size else out[src - size])
-        return out, ("match", n)
+        return out, (self._match_kind(), n)
+
+    def _match_kind(self) -> str:
+        """A match in an answer that has been copying most of its recent tokens (an edit of its
+        source) is another kind of evidence than one in text written from scratch, where a match
+        of several tokens is often a stretch repeated by chance: they are estimated apart."""
+        copying = self.cursor is not None and self.cursor.copy_share >= EDIT_SHARE
+        return "match+" if copying else "match"
 
     def prefill(self, prompt: Sequence[int]) -> None:
         """Nothing to read ahead: the history is indexed as proposals are asked for."""
@@ -178,7 +192,7 @@ class PromptLookupDrafter:
                 row[0] *= self.decay
                 row[1] *= self.decay
         kind, n = evidence
-        first = self._first.setdefault(evidence, [0.0, 0.0])
+        first = self._first.setdefault(self._first_key(kind, n), [0.0, 0.0])
         first[1] += 1
         if not successes:
             return
@@ -201,9 +215,25 @@ def _run_bucket(run: int) -> int:
     return bucket
 
 
-def _prior(n: int, first: bool) -> float:
+EDIT_SHARE_RUN = 4
+EDIT_SHARE = 0.5
+MATCH_KINDS = ("match", "match+")  # an answer edits its source when at least this share of its recent tokens were copied
+EDIT_FIRST_PRIOR = 0.7  # a copy resumed right after an edit, before any outcome
+EDIT_RUN = 4  # its later tokens are trusted as a copy that has run this much further
+REST_PRIOR_MAX = 0.93  # no later token is trusted more than this before outcomes say so: copies break
+
+
+def _prior(kind: str, n: int, first: bool) -> float:
     """Acceptance before any outcome: n/(n+2) for the first token of a match of n tokens, or of a
-    copy that has run n tokens, and n/(n+1) after it. A copy is a match grown long: it is trusted
-    only as far as it has run, since copies found by chance (in code written from scratch, in
-    prose) are many and short."""
-    return n / (n + 2) if first else n / (n + 1)
+    copy found by chance that has run n tokens, and n/(n+1) after it. A copy is a match grown
+    long: it is trusted only as far as it has run, since copies found by chance (in code written
+    from scratch, in prose) are many and short. A copy resumed near where a long copy broke off
+    (`edit`: the answer edits its source) starts at EDIT_FIRST_PRIOR for its first token and as
+    one that has run EDIT_RUN tokens more after it: edits change a few tokens and copy on."""
+    if kind == "edit":
+        if first:
+            return EDIT_FIRST_PRIOR
+        n += EDIT_RUN
+    if first or kind == "match":
+        return n / (n + 2)
+    return min(n / (n + 1), REST_PRIOR_MAX)

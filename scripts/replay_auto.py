@@ -1,0 +1,123 @@
+"""Replay speculation policies on recorded greedy outputs, with a cost curve instead of a clock.
+
+At temperature 0 the target's answer is fixed, so whether a draft is accepted does not depend on
+timing: the policy under study (auto, or a fixed lookup K) is run step by step against the
+recorded answer, each step charged what the cost curve says a target pass over its batch costs.
+The speedup it reports is what that policy would reach on a machine with that curve, free of the
+noise of a shared machine. Record answers with `--record` (plain greedy decoding of every
+built-in prompt), then replay them with a curve of your machine's costs (see `specrun doctor`).
+
+    python scripts/replay_auto.py --record answers.json --target T.gguf -n 128
+    python scripts/replay_auto.py answers.json --curve 1:0.028,2:0.042,5:0.084,16:0.140,32:0.240
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from specrun.engine.auto.control import LEARNED_WEIGHT, Controller
+from specrun.engine.auto.estimates import CostCurve
+from specrun.engine.auto.policy import AutoPolicy, FixedPolicy
+from specrun.engine.drafting.prompt_lookup import PromptLookupDrafter
+
+LOOKUP_SECONDS = 0.0002  # what proposing costs prompt lookup, per step
+
+
+def replay(prompt: list[int], output: list[int], curve: CostCurve, mode: str, k: int, learned: dict | None = None) -> tuple[float, dict]:
+    """Seconds the policy takes to produce `output` after its first token, and step counts. With
+    `learned` (auto only), the run starts from what an earlier process kept, and leaves there what
+    it learned, as one-shot runs do through specrun's cache."""
+    lookup = PromptLookupDrafter(1, 8, max_draft=k)
+    if mode == "auto":
+        controller = Controller(["ngram"], k_max=k, k_start=min(k, 4))
+        controller.seed(curve.points())
+        if learned:
+            controller.learn(learned["controller"])
+            lookup.restore(learned["lookup"], LEARNED_WEIGHT)
+        policy = AutoPolicy(controller, lookup, None)
+    else:
+        policy = FixedPolicy(lookup, k)
+    history = list(prompt) + output[:1]
+    position, seconds = 1, 0.0
+    counts = defaultdict(int)
+    while position < len(output):
+        plan = policy.plan(history, len(output) - position - 1)
+        draft = plan.draft.tokens
+        accepted = 0
+        while accepted < len(draft) and position + accepted < len(output) and draft[accepted] == output[position + accepted]:
+            accepted += 1
+        t_verify, t_draft = curve(len(draft) + 1), LOOKUP_SECONDS
+        if plan.source is not None and draft:
+            plan.source.feedback(len(draft), accepted)
+        policy.observe(plan, accepted, t_draft, t_verify)
+        committed = output[position : position + accepted + 1]
+        history += committed
+        position += len(committed)
+        seconds += t_verify + t_draft
+        counts["steps"] += 1
+        counts["drafted"] += len(draft)
+        counts["accepted"] += accepted
+    if mode == "auto" and learned is not None:
+        learned.update(controller=policy.controller.learned(), lookup=lookup.state())
+    return seconds, dict(counts)
+
+
+def parse_curve(text: str) -> CostCurve:
+    return CostCurve.of({int(size): float(seconds) for size, seconds in (item.split(":") for item in text.split(","))})
+
+
+def record(path: Path, target: str, max_tokens: int) -> None:
+    import specrun
+    from specrun.bench import prompts as bench_prompts
+
+    pair = specrun.load_pair(target)
+    answers = {}
+    for prompt in bench_prompts.builtin():
+        tokens = pair.prompt_tokens(prompt.prompt, system=prompt.system)
+        result = specrun.generate(pair, prompt.prompt, system=prompt.system, max_tokens=max_tokens, temperature=0, mode="off")
+        answers[prompt.id] = {"category": prompt.category, "prompt": tokens, "output": result.tokens}
+        print(prompt.id, len(result.tokens), file=sys.stderr)
+    path.write_text(json.dumps(answers))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("answers", type=Path)
+    parser.add_argument("--curve", default="1:0.028,2:0.042,3:0.056,4:0.070,5:0.084,8:0.120,9:0.135,15:0.165,16:0.140,17:0.165,31:0.272,32:0.240")
+    parser.add_argument("--configs", default="ngram:4,ngram:15,auto:31")
+    parser.add_argument("--record", action="store_true", help="record plain greedy answers into ANSWERS first")
+    parser.add_argument("--carry", action="store_true", help="auto keeps what it learned from answer to answer, as one-shot processes do")
+    parser.add_argument("--target")
+    parser.add_argument("-n", "--max-tokens", type=int, default=128)
+    args = parser.parse_args()
+    if args.record:
+        record(args.answers, args.target, args.max_tokens)
+        return
+    curve = parse_curve(args.curve)
+    answers = json.loads(args.answers.read_text())
+    configs = [(mode, int(k)) for mode, k in (item.split(":") for item in args.configs.split(","))]
+    by_category: dict[tuple[str, str], list[float]] = defaultdict(list)
+    learned: dict | None = {} if args.carry else None
+    for pid, item in answers.items():
+        output = item["output"][: args.max_tokens]
+        plain = (len(output) - 1) * curve(1)
+        cells = []
+        for mode, k in configs:
+            seconds, counts = replay(item["prompt"], output, curve, mode, k, learned)
+            speedup = plain / seconds
+            by_category[(item["category"], f"{mode}:{k}")].append(speedup)
+            cells.append(f"{mode}:{k} {speedup:.2f}× ({counts['accepted']}/{counts['drafted']}, {counts['steps']} steps)")
+        print(f"{pid:32s} " + " · ".join(cells))
+    print()
+    for (category, config), values in sorted(by_category.items()):
+        print(f"{category:24s} {config:10s} {math.exp(statistics.fmean(map(math.log, values))):.2f}×")
+
+
+if __name__ == "__main__":
+    main()

@@ -163,23 +163,31 @@ def close_pair(tiny_target, tiny_dir):
 
 @pytest.mark.parametrize("use_draft", [False, True], ids=["plain", "speculative"])
 def test_sampled_first_two_tokens_follow_the_target_distribution(close_pair, use_draft):
-    draft_pair = close_pair
-    sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
-    prompt = draft_pair.prompt_tokens("sampling", chat=False)
-    exact = first_two_distribution(draft_pair, prompt, sampling)
-    runs = 1500
+    chi2, drafted, detail = sampled_fit(close_pair, close_pair.prompt_tokens("sampling", chat=False), "draft" if use_draft else "off")
+    assert (drafted > 0) == use_draft
+    assert chi2 < CHI2_999, detail
+
+
+SAMPLING = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
+RUNS = 1500
+CHI2_999 = 26.12  # 99.9% quantile at 8 degrees of freedom: a correct sampler fails one time in a thousand
+
+
+def sampled_fit(pair: Pair, prompt: list[int], mode: str, before_run=None) -> tuple[float, int, tuple]:
+    """Pearson chi-square of the first two sampled tokens over RUNS seeds against the target's
+    exact distribution (at most 9 cells with top-k 3), the tokens drafted in all, and the counts."""
+    exact = first_two_distribution(pair, prompt, SAMPLING)
     counts = dict.fromkeys(exact, 0)
     drafted = 0
-    for seed in range(runs):
-        loop = draft_pair.loop(settings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2), mode="draft" if use_draft else "off")
+    for seed in range(RUNS):
+        if before_run is not None:
+            before_run()
+        loop = pair.loop(settings(max_tokens=3, sampling=SAMPLING, seed=seed, draft_max=2), mode=mode)
         tokens = [t for s in loop.run(prompt) for t in s.tokens]
         counts[(tokens[0], tokens[1])] += 1
         drafted += loop.stats.drafted
-    assert (drafted > 0) == use_draft
-    # Pearson chi-square goodness of fit over at most 9 cells (8 degrees of freedom):
-    # the 99.9% quantile is 26.12, so a correct sampler fails this one time in a thousand.
-    chi2 = sum((counts[c] - runs * p) ** 2 / (runs * p) for c, p in exact.items())
-    assert chi2 < 26.12, (chi2, counts, exact)
+    chi2 = sum((counts[c] - RUNS * p) ** 2 / (RUNS * p) for c, p in exact.items())
+    return chi2, drafted, (chi2, counts, exact)
 
 
 GPU_LIKE = DecodeCosts({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, 0.001)  # a batch costs about one token
@@ -251,27 +259,18 @@ def test_sampled_first_two_tokens_follow_the_target_distribution_in_every_mode(c
     proposals are deterministic (q a point mass), hybrid mixes both, and auto picks per step. The
     prompt holds every printable character, so the first token is usually found in it and the
     lookup drafts the token that followed it."""
-    sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
-    text = "".join(chr(c) for c in range(33, 127))
-    prompt = close_pair.prompt_tokens(text, chat=False)
-    exact = first_two_distribution(close_pair, prompt, sampling)
+    prompt = close_pair.prompt_tokens("".join(chr(c) for c in range(33, 127)), chat=False)
     saved = close_pair.speculation.costs, close_pair.speculation.auto
-    close_pair.speculation.costs, close_pair.speculation.auto = GPU_LIKE, None
+
+    def afresh() -> None:  # auto starts afresh from GPU-like costs every run: it drafts, then learns
+        close_pair.speculation.costs, close_pair.speculation.auto = GPU_LIKE, None
+
     try:
-        runs = 1500
-        counts = dict.fromkeys(exact, 0)
-        drafted = 0
-        for seed in range(runs):
-            close_pair.speculation.auto = None  # auto starts afresh from GPU-like costs: it drafts, then learns
-            loop = close_pair.loop(settings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2), mode=mode)
-            tokens = [t for s in loop.run(prompt) for t in s.tokens]
-            counts[(tokens[0], tokens[1])] += 1
-            drafted += loop.stats.drafted
+        chi2, drafted, detail = sampled_fit(close_pair, prompt, mode, afresh)
     finally:
         close_pair.speculation.costs, close_pair.speculation.auto = saved
-    assert drafted > runs // 10  # the drafter really proposed, in many runs
-    chi2 = sum((counts[c] - runs * p) ** 2 / (runs * p) for c, p in exact.items())
-    assert chi2 < 26.12, (chi2, counts, exact)
+    assert drafted > RUNS // 10  # the drafter really proposed, in many runs
+    assert chi2 < CHI2_999, detail
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from cli_helpers import specrun
-from test_engine import GPU_LIKE, first_two_distribution, run
+from test_engine import CHI2_999, GPU_LIKE, run, sampled_fit
 from test_engine import settings as greedy_settings
 
 from specrun.engine.sampling import SamplingParams
@@ -80,20 +80,9 @@ def test_draft_proposals_stay_in_the_target_vocabulary_and_the_draft_reads_only_
 def test_sampled_output_follows_the_target_distribution(padded_pair):
     """Chi-square goodness of fit of the first two tokens against the target alone (see
     test_engine.test_sampled_first_two_tokens_follow_the_target_distribution)."""
-    sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
-    prompt = padded_pair.prompt_tokens("sampling", chat=False)
-    exact = first_two_distribution(padded_pair, prompt, sampling)
-    runs = 1500
-    counts = dict.fromkeys(exact, 0)
-    drafted = 0
-    for seed in range(runs):
-        loop = padded_pair.loop(greedy_settings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2), mode="draft")
-        tokens = [t for s in loop.run(prompt) for t in s.tokens]
-        counts[(tokens[0], tokens[1])] += 1
-        drafted += loop.stats.drafted
+    chi2, drafted, detail = sampled_fit(padded_pair, padded_pair.prompt_tokens("sampling", chat=False), "draft")
     assert drafted > 0
-    chi2 = sum((counts[c] - runs * p) ** 2 / (runs * p) for c, p in exact.items())
-    assert chi2 < 26.12, (chi2, counts, exact)  # 99.9% quantile at 8 degrees of freedom
+    assert chi2 < CHI2_999, detail
 
 
 def test_the_padded_target_puts_mass_on_ids_the_draft_lacks(padded_large):

@@ -11,7 +11,7 @@ import ctypes
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -77,16 +77,18 @@ AMX_WARNING = (
 class Vocabulary:
     """A model's vocabulary and identifying metadata, read without its weights."""
 
+    path: Path
+    size: int  # bytes of the file
     vocab_type: int
     n_tokens: int
     bos: int
     eos: int
     add_bos: bool
     add_eos: bool
-    texts: tuple[bytes, ...]
+    texts: tuple[bytes, ...] = field(repr=False)
     architecture: str | None
-    context_length: str | None  # as the metadata states it (vocab-only loads leave n_ctx_train at 0)
-    chat_template: str | None
+    n_ctx_train: int | None  # from the metadata: vocab-only loads leave llama_model_n_ctx_train at 0
+    chat_template: str | None = field(repr=False)
     name: str | None
 
 
@@ -108,6 +110,8 @@ def read_vocabulary(path: str | os.PathLike) -> Vocabulary:
         n = lib.llama_vocab_n_tokens(vocab)
         arch = _meta(model, "general.architecture")
         return Vocabulary(
+            path=Path(path),
+            size=os.path.getsize(path),
             vocab_type=int(lib.llama_vocab_type(vocab)),
             n_tokens=n,
             bos=int(lib.llama_vocab_bos(vocab)),
@@ -116,12 +120,19 @@ def read_vocabulary(path: str | os.PathLike) -> Vocabulary:
             add_eos=bool(lib.llama_vocab_get_add_eos(vocab)),
             texts=tuple(lib.llama_vocab_get_text(vocab, i) or b"" for i in range(n)),
             architecture=arch,
-            context_length=_meta(model, f"{arch}.context_length"),
+            n_ctx_train=_int(_meta(model, f"{arch}.context_length")),
             chat_template=_meta(model, "tokenizer.chat_template"),
             name=_meta(model, "general.name"),
         )
     finally:
         lib.llama_model_free(model)
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def _meta(model, key: str) -> str | None:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import functools
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine.llama import read_vocabulary
+from ..engine.llama import Vocabulary, read_vocabulary
 from ..errors import IncompatibleModelsError
 from .modelfile import check_gguf_file
 
@@ -27,26 +27,7 @@ MAX_SIZE_DIFFERENCE = 128
 CHECK_START_TOKEN_ID = 5
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo-2"}
 
-@dataclass(frozen=True)
-class VocabInfo:
-    """What one model's vocabulary and metadata say."""
-
-    path: Path
-    vocab_type: int
-    n_tokens: int
-    bos: int
-    eos: int
-    add_bos: bool
-    add_eos: bool
-    texts: tuple[bytes, ...] = field(repr=False)
-    architecture: str | None
-    n_ctx_train: int | None
-    chat_template: str | None = field(repr=False)
-    name: str | None
-    size: int
-
-
-def read_vocab(path: str | os.PathLike) -> VocabInfo:
+def read_vocab(path: str | os.PathLike) -> Vocabulary:
     """Load only the vocabulary of `path` (cached per file size and mtime)."""
     path = check_gguf_file(path).resolve()
     st = path.stat()
@@ -54,31 +35,8 @@ def read_vocab(path: str | os.PathLike) -> VocabInfo:
 
 
 @functools.lru_cache(maxsize=4)  # a token list is megabytes; `drafts` reuses only the target's
-def _read_vocab(path: str, size: int, mtime_ns: int) -> VocabInfo:  # noqa: ARG001 - cache keys
-    vocab = read_vocabulary(path)
-    return VocabInfo(
-        path=Path(path),
-        vocab_type=vocab.vocab_type,
-        n_tokens=vocab.n_tokens,
-        bos=vocab.bos,
-        eos=vocab.eos,
-        add_bos=vocab.add_bos,
-        add_eos=vocab.add_eos,
-        texts=vocab.texts,
-        architecture=vocab.architecture,
-        n_ctx_train=_int(vocab.context_length),
-        chat_template=vocab.chat_template,
-        name=vocab.name,
-        size=size,
-    )
-
-
-def _int(text: str | None) -> int | None:
-    """The training context length (vocab_only loads leave llama_model_n_ctx_train at 0)."""
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
+def _read_vocab(path: str, size: int, mtime_ns: int) -> Vocabulary:  # noqa: ARG001 - cache keys
+    return read_vocabulary(path)
 
 
 @dataclass(frozen=True)
@@ -162,7 +120,7 @@ def _vocab_type(t: int) -> str:
     return f"{VOCAB_TYPES.get(t, 'unknown')} ({t})"
 
 
-def compare(t: VocabInfo, d: VocabInfo) -> tuple[tuple[Rule, ...], TokenDiff | None]:
+def compare(t: Vocabulary, d: Vocabulary) -> tuple[tuple[Rule, ...], TokenDiff | None]:
     """llama.cpp's rules in its order, every one evaluated so the report is complete."""
     rules = [Rule("vocab type", t.vocab_type == d.vocab_type, _vocab_type(t.vocab_type), _vocab_type(d.vocab_type),
                   "same" if t.vocab_type == d.vocab_type else "the tokenizers work differently")]
@@ -190,7 +148,7 @@ def _first_text_difference(a: tuple[bytes, ...], b: tuple[bytes, ...]) -> TokenD
     return TokenDiff(first, show_token(a[first]), show_token(b[first]), len(differing))
 
 
-def _info(t: VocabInfo, d: VocabInfo) -> tuple[Info, ...]:
+def _info(t: Vocabulary, d: Vocabulary) -> tuple[Info, ...]:
     template = "same" if t.chat_template == d.chat_template else "different"
     return (
         Info("name", t.name, d.name, t.name == d.name),

@@ -15,7 +15,6 @@ from bisect import bisect_left
 
 from .ngram_index import NgramIndex
 
-
 SHARE_WINDOW = 32  # tokens over which the share of copied tokens is averaged
 
 

@@ -39,8 +39,6 @@ class Choice:
 
 
 PLAIN = Choice(None, 0)
-LOOKUP_MARGIN = 1.1  # a lookup draft is taken only when it promises 10% more than the alternative:
-# its confidence is an estimate, and a wrong long draft costs several plain steps
 HOPE_MARGIN = 1.2  # full acceptance never happens: a drafter must promise this much over plain to be tried
 EXPLORE_ODDS = 0.5  # the chance an untried drafter turns out as good as it could be, when weighing a try
 LEARNED_WEIGHT = 8.0  # trials an earlier run's acceptance counts for: a prior, not a verdict
@@ -238,39 +236,30 @@ class Controller:
         The confidences must estimate acceptance, as prompt lookup's do; a draft model's top
         probability does not under sampling, and cutting on it would cost accepted tokens.
 
-        Token j is kept while the tokens it is expected to add are worth more than the extra verify
-        time, looking ahead as if later tokens were as confident as j, since a concave verify cost
-        can make several tokens pay where one alone does not. A batch costs what the cheapest batch
-        at least as large that the draft can fill costs (`batch_cost`). The decision at token j
-        uses confidences up to j only, so a sampled draft stays lossless.
+        The prefix kept is the one whose expected tokens most exceed its verify time at the current
+        value of time, every later token's own confidence counted: a doubtful first token followed
+        by a confident copy is worth a long batch, which judging token by token would refuse. A
+        batch costs what the cheapest batch at least as large that the draft can fill costs
+        (`batch_cost`). Only deterministic drafts (prompt lookup) are trimmed: choosing a sampled
+        draft's length from its later tokens would bias the proposal.
         """
         value = self.time_value()
         if not confidence or value <= 0 or not self.verify:
             return drafted
-        survive = 1.0
-        for j, c in enumerate(confidence[:drafted], start=1):
-            gain = survive * c
-            extra = self.batch_cost(j + 1, drafted) - self.batch_cost(j, drafted)
-            if gain <= value * extra and not self._pays_ahead(j, gain, c, value, drafted):
-                return j - 1
-            survive = gain
-        return drafted
+        best, best_worth = 0, 1.0 - value * self.batch_cost(1, drafted)
+        tokens, survive = 1.0, 1.0
+        for m, c in enumerate(confidence[:drafted], start=1):
+            survive *= c
+            tokens += survive
+            worth = tokens - value * self.batch_cost(m + 1, drafted)
+            if worth > best_worth:
+                best, best_worth = m, worth
+        return best
 
     def batch_cost(self, size: int, drafted: int) -> float:
         """Seconds to verify `size` tokens when `drafted` draft tokens are in hand: the cheapest
         batch from `size` up to drafted + 1 tokens, since extra draft tokens ride along for free."""
         return self.verify.cheapest(size, min(drafted, self.k_max) + 1)[1]
-
-    def _pays_ahead(self, j: int, gain: float, c: float, value: float, drafted: int) -> bool:
-        """Whether tokens j..end of this draft, as confident as token j, pay for their verification
-        together, for some end within the draft in hand (tokens it does not have add nothing)."""
-        base, tokens = self.batch_cost(j, drafted), 0.0
-        for end in range(j, min(drafted, self.k_max) + 1):
-            tokens += gain
-            gain *= c
-            if tokens > value * (self.batch_cost(end + 1, drafted) - base):
-                return True
-        return False
 
     # -- the per-step protocol ---------------------------------------------------------------
 
@@ -385,7 +374,7 @@ class Controller:
             track = self._track(self.lookup)
             draft_seconds = track.draft_cost(keep) if track.draft_cost else 0.0
             tokens = expected_tokens(confidence, keep)
-            if tokens - LOOKUP_MARGIN * value * (draft_seconds + seconds) > best_worth:
+            if tokens - value * (draft_seconds + seconds) > best_worth:
                 return Choice(self.lookup, keep)
         return self._probe_or(best)
 

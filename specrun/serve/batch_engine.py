@@ -23,14 +23,13 @@ from ..engine.drafting.protocol import Draft
 from ..engine.llama import Model
 from ..engine.verify import verify_greedy, verify_sampling
 from .budget import LOOKUP, MODEL, Allocation, Candidate, Option, allocate, fixed, model_can_pay
-from .costs import BatchCosts, calibrate
+from .costs import CALIBRATION_TEXT, BatchCosts, calibrate
 from .sequence import Generation, Job, blended_rates
 from .slots import SlotPool
 
 SERVE_MODES = ("off", "auto", "draft", "ngram", "hybrid")
 PROBE_EVERY = 16  # steps between tries of the draft model for a request whose estimates keep it idle
 PROBE_EVERY_MAX = 512
-CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog. " * 8
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,11 @@ from typing import Sequence
 from ..engine.auto.costs import CALIBRATION_SIZES, time_batches
 from ..engine.auto.estimates import CostCurve
 from ..engine.batch import SharedContext
+from ..engine.llama import Model
 from .budget import Costs
 
-CALIBRATION_REPS = 2
+CALIBRATION_REPS = 3  # the median of three: a size's first pass after another size can be slow (graph rebuilt)
+CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog. " * 8
 MAX_CALIBRATED = 64  # larger batches are extrapolated, then learned as they happen
 
 
@@ -68,3 +70,15 @@ def calibrate(target: SharedContext, draft: SharedContext | None, tokens: Sequen
         if draft is not None:
             draft.clear(seq)
     return BatchCosts.of(verify, timed)
+
+
+def measure(target: Model, draft: Model | None, *, parallel: int, ctx_size: int, threads: int, n_batch: int) -> BatchCosts:
+    """Calibrate on contexts made for the purpose, for several engines that share one measurement
+    (the bench, whose servers are then compared from the same starting costs)."""
+    contexts = [SharedContext(m, n_seq=1, n_ctx_seq=ctx_size, n_threads=threads, n_batch=n_batch) for m in (target, draft) if m is not None]
+    try:
+        tokens = target.tokenize(CALIBRATION_TEXT, add_special=True, parse_special=False)[:48]
+        return calibrate(contexts[0], contexts[1] if len(contexts) > 1 else None, tokens, parallel=parallel)
+    finally:
+        for ctx in contexts:
+            ctx.close()

@@ -293,3 +293,12 @@ def test_draining_lets_active_requests_finish_within_the_grace(pair):
         thread.join(WAIT)
         assert results["answer"].status_code == 200
         assert results["answer"].json()["usage"]["completion_tokens"] == 12
+
+
+def test_return_tokens_gives_the_ids_behind_the_text(server, pair):
+    whole = chat(server.url, "hello", max_tokens=12, extra_body={"return_tokens": True})
+    tokens = whole.choices[0].model_extra["tokens"]
+    assert len(tokens) == 12 and whole.choices[0].message.content == b"".join(pair.target_model.piece(t) for t in tokens).decode("utf-8", "replace")
+    _, chunks = streamed(server.url, "hello", max_tokens=12, extra_body={"return_tokens": True})
+    assert [t for c in chunks if c.choices for t in (c.choices[0].model_extra or {}).get("tokens", [])] == tokens
+    assert "tokens" not in chat(server.url, "hello", max_tokens=4).choices[0].model_extra

@@ -69,41 +69,50 @@ def create_app(service: Service) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request):
-        job = await _job(service.chat_job, body)
+        job = await _job(service, "chat", body)
         rid = new_id("chatcmpl")
         handle, events = _submit(service, job)
         if body.stream:
             first = chat_chunk(rid, model, {"role": "assistant", "content": ""})
-            return _stream(handle, events, first, lambda text: chat_chunk(rid, model, {"content": text}),
-                           lambda ev: chat_chunk(rid, model, {}, ev.finish_reason, ev.report))
+            return _stream(handle, events, first, lambda ev: _tokens(chat_chunk(rid, model, {"content": ev.text}), ev.tokens, body),
+                           lambda ev: chat_chunk(rid, model, {}, ev.finish_reason, ev.report), body.return_tokens)
         answer = await _collect(handle, events, request)
         if answer is None:
             return Response(status_code=CLIENT_GONE)
-        last, text = answer
-        return chat_response(rid, model, text, last.finish_reason, last.report)
+        last, text, tokens = answer
+        return _tokens(chat_response(rid, model, text, last.finish_reason, last.report), tokens, body)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
-        job = await _job(service.completion_job, body)
+        job = await _job(service, "completion", body)
         rid = new_id("cmpl")
         handle, events = _submit(service, job)
         if body.stream:
-            return _stream(handle, events, None, lambda text: completion_response(rid, model, text, None),
-                           lambda ev: completion_response(rid, model, "", ev.finish_reason, ev.report))
+            return _stream(handle, events, None, lambda ev: _tokens(completion_response(rid, model, ev.text, None), ev.tokens, body),
+                           lambda ev: completion_response(rid, model, "", ev.finish_reason, ev.report), body.return_tokens)
         answer = await _collect(handle, events, request)
         if answer is None:
             return Response(status_code=CLIENT_GONE)
-        last, text = answer
-        return completion_response(rid, model, text, last.finish_reason, last.report)
+        last, text, tokens = answer
+        return _tokens(completion_response(rid, model, text, last.finish_reason, last.report), tokens, body)
 
     return app
 
 
-async def _job(make: Callable, body):
+def _tokens(payload: dict, tokens: list[int], body) -> dict:
+    """With `return_tokens`, the token ids behind the choice's text (the answer's, or this chunk's)."""
+    if body.return_tokens:
+        payload["choices"][0]["tokens"] = list(tokens)
+    return payload
+
+
+async def _job(service: Service, kind: str, body):
     """Tokenize off the event loop (a long prompt takes milliseconds); a bad request becomes a 400."""
+    make = service.chat_job if kind == "chat" else service.completion_job
     try:
         return await run_in_threadpool(make, body)
     except RequestError as error:
+        service.metrics.request(kind, "invalid")
         raise ApiError(400, error.message, "invalid_request_error", error.param, error.code) from None
 
 
@@ -132,10 +141,12 @@ def _event_error(event: Event) -> ApiError:
     return ApiError(500, event.message or "the request failed", "server_error", None, event.error)
 
 
-async def _collect(handle: Handle, events: asyncio.Queue, request: Request) -> tuple[Event, str] | None:
-    """Wait for the whole answer; None when the client disconnected meanwhile (the request is cancelled)."""
+async def _collect(handle: Handle, events: asyncio.Queue, request: Request) -> tuple[Event, str, list[int]] | None:
+    """Wait for the whole answer (last event, text, tokens); None when the client disconnected
+    meanwhile (the request is cancelled)."""
     gone = asyncio.ensure_future(_disconnected(request))
     pieces: list[str] = []
+    tokens: list[int] = []
     try:
         while True:
             get = asyncio.ensure_future(events.get())
@@ -147,8 +158,9 @@ async def _collect(handle: Handle, events: asyncio.Queue, request: Request) -> t
             if event.error:
                 raise _event_error(event)
             pieces.append(event.text)
+            tokens.extend(event.tokens)
             if event.done:
-                return event, "".join(pieces)
+                return event, "".join(pieces), tokens
     finally:
         gone.cancel()
         handle.cancel()
@@ -164,10 +176,11 @@ def _sse(payload) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-def _stream(handle: Handle, events: asyncio.Queue, first: dict | None, piece: Callable[[str], dict],
-            last: Callable[[Event], dict]) -> StreamingResponse:
-    """Server-sent events: an opening chunk, one chunk per step with new text, a final chunk with
-    finish_reason, usage and timings, then [DONE]. A closed connection cancels the request."""
+def _stream(handle: Handle, events: asyncio.Queue, first: dict | None, piece: Callable[[Event], dict],
+            last: Callable[[Event], dict], with_tokens: bool = False) -> StreamingResponse:
+    """Server-sent events: an opening chunk, one chunk per step with new text (or new tokens, when
+    they are asked for), a final chunk with finish_reason, usage and timings, then [DONE]. A closed
+    connection cancels the request."""
 
     async def body() -> AsyncIterator[str]:
         try:
@@ -178,8 +191,8 @@ def _stream(handle: Handle, events: asyncio.Queue, first: dict | None, piece: Ca
                 if event.error:
                     yield _sse(_event_error(event).body)
                     break
-                if event.text:
-                    yield _sse(piece(event.text))
+                if event.text or (with_tokens and event.tokens):
+                    yield _sse(piece(event))
                 if event.done:
                     yield _sse(last(event))
                     break

@@ -3,8 +3,8 @@
 Strict types, as OpenAI's API has them: a temperature sent as the string "0.5" or a max_tokens of
 `true` is a 400, not silently converted. Fields this server does not implement are ignored, except
 those whose absence would change the answer's meaning (n other than 1, logprobs, echo, suffix,
-tools), which are refused by name. `top_k` and `min_p` are accepted as llama.cpp's server accepts
-them.
+tools), which are refused by name. `top_k`, `min_p` and `return_tokens` are accepted as llama.cpp's
+server accepts them.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ class Sampling(Strict):
     n: Optional[int] = Field(default=None, ge=1, le=1)
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
+    return_tokens: bool = False  # as llama.cpp's server: the answer's token ids with its text
 
     @field_validator("stop")
     @classmethod

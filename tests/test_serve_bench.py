@@ -10,7 +10,7 @@ import pytest
 from cli_helpers import specrun
 
 from specrun.bench.prompts import BenchPrompt
-from specrun.bench.serve_load import Outcome, mark_identical, summary, workload
+from specrun.bench.serve_load import Outcome, mark_identical, summary, warnings, workload
 
 PROMPTS = [BenchPrompt("a/1", "a", "first"), BenchPrompt("b/1", "b", "second", system="be brief")]
 
@@ -48,6 +48,14 @@ def test_identical_counts_compare_with_plain_decoding_of_the_same_run_shape():
     assert [r["identical"] for r in runs] == [None, 2, None, 1]
 
 
+def test_a_busy_machine_is_said_to_make_the_figures_unreliable():
+    quiet = [{"cpu_share": 0.97}, {"cpu_share": 1.02}]
+    assert warnings(quiet, 0.2, cpus=2, threads=2, on_gpu=False) == []
+    busy = warnings(quiet + [{"cpu_share": 0.55}], 3.9, cpus=2, threads=2, on_gpu=False)
+    assert len(busy) == 2 and "load average was 3.9" in busy[0] and "55%" in busy[1]
+    assert warnings(quiet + [{"cpu_share": 0.55}], None, cpus=2, threads=2, on_gpu=True) == []
+
+
 def test_bench_serve_runs_end_to_end(tiny_target, tiny_draft, tmp_path):
     report = tmp_path / "serve.md"
     result = specrun("bench", "--serve", "-m", tiny_target, "-md", tiny_draft, "-c", "2048", "-t", "1", "--category", "code-generation",
@@ -63,6 +71,7 @@ def test_bench_serve_runs_end_to_end(tiny_target, tiny_draft, tmp_path):
         assert run["completion_mean_s"] > 0 and run["throughput_tokens_per_s"] > 0
         assert run["identical"] in (None, 2)  # greedy: every answer equals plain decoding's
     assert "verify_s" in doc["calibration"] and doc["environment"]["ctx_size"] == 2048
+    assert isinstance(doc["warnings"], list) and all(0 < r["cpu_share"] for r in doc["runs"])
     assert "| parallel | schedule | mode | tok/s |" in result.stderr and report.read_text().startswith("# specrun bench --serve")
 
 

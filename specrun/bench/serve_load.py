@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 from .prompts import BenchPrompt
 
 SHORT_SHARE = 4  # a short answer gets max_tokens // SHORT_SHARE
+CPU_SHARE_WARN = 0.8
 TIMEOUT_S = 3600.0
 
 
@@ -208,9 +209,22 @@ def mark_identical(runs: list[dict]) -> None:
 
 
 def record(mode: str, schedule: str, concurrency: int, repetition: int, temperature: float, outcomes: list[Outcome],
-           makespan: float) -> dict:
+           makespan: float, cpu_share: float | None = None) -> dict:
     return {"mode": mode, "schedule": schedule, "concurrency": concurrency, "repetition": repetition, "temperature": temperature,
-            **summary(outcomes, makespan), "outcomes": [asdict(o) for o in outcomes]}
+            **summary(outcomes, makespan), "cpu_share": cpu_share, "outcomes": [asdict(o) for o in outcomes]}
+
+
+def warnings(runs: Sequence[dict], load_start: float | None, cpus: int, threads: int, on_gpu: bool) -> list[str]:
+    """Signs that other processes competed for the CPU, which makes every figure unreliable:
+    llama.cpp's threads wait for each other at every layer, so one descheduled thread stalls all."""
+    out = []
+    if load_start is not None and cpus and load_start >= 1.0 and load_start + threads > cpus:
+        out.append(f"the load average was {load_start:.1f} on {cpus} CPUs when the bench started: the machine was busy")
+    shares = [r["cpu_share"] for r in runs if r.get("cpu_share") is not None]
+    if shares and not on_gpu and min(shares) < CPU_SHARE_WARN:
+        out.append(f"a run got {min(shares):.0%} of the CPU time its {threads} threads needed: other processes competed for "
+                   "the CPU, so these timings are unreliable (rerun on an idle machine)")
+    return out
 
 
 def table_rows(runs: list[dict]) -> tuple[list[str], list[list[str]]]:

@@ -21,7 +21,7 @@ from ..atomic import write_atomic
 from ..bench.environment import environment, load_average
 from ..bench.prompts import BenchPrompt
 from ..bench.render import markdown_table
-from ..bench.serve_load import LoadRequest, burst, mark_identical, record, send, table_rows, workload
+from ..bench.serve_load import LoadRequest, burst, mark_identical, record, send, table_rows, warnings, workload
 from ..engine.loop import GenerationSettings
 from ..errors import InputError
 from ..models.fetch import Resolved
@@ -110,11 +110,12 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
                 for schedule in bench.schedules:
                     for repetition in range(bench.runs):
                         for mode in bench.modes:
-                            outcomes, makespan = _one_run(loaded, bench, requests, mode, schedule, concurrency, temperature,
-                                                          calibration, out)
-                            runs.append(record(mode, schedule, concurrency, repetition, temperature, outcomes, makespan))
+                            outcomes, makespan, share = _one_run(loaded, bench, requests, mode, schedule, concurrency, temperature,
+                                                                 calibration, out)
+                            runs.append(record(mode, schedule, concurrency, repetition, temperature, outcomes, makespan, share))
                             _progress(out, runs[-1])
         mark_identical(runs)
+        cpus = (env.get("machine") or {}).get("cpu_count") or 0
         return {
             "schema": SCHEMA,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -126,6 +127,7 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
             "environment": env,
             "calibration": calibration,
             "workload": [{"id": r.id, "category": r.category, "max_tokens": r.max_tokens, "seed": r.seed} for r in requests],
+            "warnings": warnings(runs, load_start, cpus, loaded.threads, bool(env.get("gpu_layers"))),
             "runs": runs,
         }
     finally:
@@ -143,7 +145,9 @@ def _check_fit(pair: Pair, requests: Sequence[LoadRequest], ctx_size: int) -> No
 
 def _one_run(pair: Pair, bench: ServeBench, requests: Sequence[LoadRequest], mode: str, schedule: str, concurrency: int,
              temperature: float, calibration: dict, out: Output):
-    """A fresh server for one configuration, starting from the shared batch costs, warmed up, then the burst."""
+    """A fresh server for one configuration, starting from the shared batch costs, warmed up, then
+    the burst; with the share of its threads' CPU time the process got meanwhile (the server is
+    busy throughout a burst, so well under 1 means other processes took the rest)."""
     k_cap = defaults.draft_max_for(mode, bench.draft_max) or defaults.AUTO_K_MAX
     costs = BatchCosts.of(_points(calibration["verify_s"]), _points(calibration["draft_s"]))
     options = ServeOptions(parallel=concurrency, queue=len(requests), schedule=schedule, mode=mode, k_cap=k_cap, base=bench.base)
@@ -154,12 +158,14 @@ def _one_run(pair: Pair, bench: ServeBench, requests: Sequence[LoadRequest], mod
             for i in range(bench.warmup):
                 warm = LoadRequest(f"warmup/{i}", "warmup", requests[0].prompt, requests[0].system, WARMUP_TOKENS, bench.seed)
                 send(server.url, warm, temperature)
+            cpu_before = time.process_time()
             outcomes, makespan = burst(server.url, requests, temperature)
+            share = (time.process_time() - cpu_before) / (makespan * pair.threads) if makespan > 0 else None
         finally:
             server.stop()
     finally:
         service.close()
-    return outcomes, makespan
+    return outcomes, makespan, round(share, 3) if share is not None else None
 
 
 def _points(points: dict | None) -> dict[int, float] | None:
@@ -194,3 +200,5 @@ def write(doc: dict, out: Output, json_file: str | None, markdown_file: Path | N
         if failed:
             out.err.write(f"warning: {failed} requests failed (see runs[].failed in --json)\n")
         out.err.flush()
+    for warning in doc["warnings"]:
+        out.warn(f"warning: {warning}")

@@ -17,7 +17,8 @@ from ..engine.batch import SharedContext
 from ..engine.llama import Model
 from .budget import Costs
 
-CALIBRATION_REPS = 3  # the median of three: a size's first pass after another size can be slow (graph rebuilt)
+CALIBRATION_REPS = 3  # the fastest of three: a size's first pass can be slow (its graph is built), and on a shared
+# machine another process can stall any pass; neither is the cost of a pass
 CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog. " * 8
 MAX_CALIBRATED = 64  # larger batches are extrapolated, then learned as they happen
 
@@ -57,14 +58,20 @@ class BatchCosts:
                 "draft_s": {str(k): round(v, 6) for k, v in self.draft.points().items()} if self.draft else None}
 
 
+def fastest(ctx: SharedContext, seq: int, tokens: Sequence[int], sizes: Sequence[int], reps: int) -> dict[int, float]:
+    """The fastest of `reps` timings of a pass over each size (sizes interleaved in each round)."""
+    rounds = [time_batches(ctx.view(seq), tokens, sizes, 1) for _ in range(reps)]
+    return {size: min(r[size] for r in rounds) for size in sizes}
+
+
 def calibrate(target: SharedContext, draft: SharedContext | None, tokens: Sequence[int], *, parallel: int, seq: int = 0,
               reps: int = CALIBRATION_REPS) -> BatchCosts:
     """Time target passes of every size in verify_sizes and draft passes of draft_sizes on one
     sequence of each context (emptied afterwards), on top of `tokens` as context."""
     limit = target.n_ctx_seq - len(tokens)
     try:
-        verify = time_batches(target.view(seq), tokens, verify_sizes(parallel, limit), reps)
-        timed = time_batches(draft.view(seq), tokens, [s for s in draft_sizes(parallel) if s <= limit], reps) if draft else None
+        verify = fastest(target, seq, tokens, verify_sizes(parallel, limit), reps)
+        timed = fastest(draft, seq, tokens, [s for s in draft_sizes(parallel) if s <= limit], reps) if draft else None
     finally:
         target.clear(seq)
         if draft is not None:

@@ -78,8 +78,11 @@ class DrainingServer(uvicorn.Server):
         self.ready.set()
 
     def handle_exit(self, sig: int, frame) -> None:
+        """Runs inside a signal handler, which may have interrupted the event loop holding the
+        worker's lock: the drain is started on a thread of its own."""
         self.signals.append(sig)
-        self.service.worker.drain(0.0 if len(self.signals) > 1 else self.grace)
+        grace = 0.0 if len(self.signals) > 1 else self.grace
+        threading.Thread(target=self.service.worker.drain, args=(grace,), name="specrun-drain", daemon=True).start()
         super().handle_exit(sig, frame)
 
     @contextlib.contextmanager

@@ -212,7 +212,11 @@ class Worker:
                     self.changed.notify_all()
                     continue
                 self._active[handle.job.id] = handle
-            handle.generation = self.engine.admit(handle.job, handle.arrived)
+            try:
+                handle.generation = self.engine.admit(handle.job, handle.arrived)
+            except Exception as error:  # noqa: BLE001 - one request that cannot start fails alone
+                self._fail(handle, "server_error", f"{type(error).__name__}: {error}", outcome="failed")
+                continue
             self._notify()
 
     def _cancel_requested(self) -> None:

@@ -41,11 +41,12 @@ def test_a_run_summary_gives_throughput_over_the_burst_and_per_request_times():
 def test_identical_counts_compare_with_plain_decoding_of_the_same_run_shape():
     def run(mode, texts, concurrency=1):
         return {"mode": mode, "schedule": "srpt", "concurrency": concurrency, "repetition": 0, "temperature": 0.0,
-                "outcomes": [{"id": f"r{i}", "text": t} for i, t in enumerate(texts)]}
+                "outcomes": [{"id": f"r{i}", "text": t, "tokens": [ord(c) for c in t]} for i, t in enumerate(texts)]}
 
     runs = [run("off", ["a", "b", "c"]), run("auto", ["a", "b", "z"]), run("off", ["x"], 2), run("auto", ["x"], 2)]
-    mark_identical(runs)
+    differing = mark_identical(runs)
     assert [r["identical"] for r in runs] == [None, 2, None, 1]
+    assert [(o["id"], o["text"], p["text"]) for _, o, p in differing] == [("r2", "z", "c")]
 
 
 def test_a_busy_machine_is_said_to_make_the_figures_unreliable():
@@ -80,3 +81,33 @@ def test_bench_serve_refuses_what_it_cannot_report(tiny_target):
                            (["--spec", "off,sideways"], "sideways")):
         result = specrun("bench", "--serve", "-m", tiny_target, "-md", "none", *flags)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_answers_that_differ_from_plain_decoding_are_judged_against_the_targets_logits(tiny_target):
+    from serve_helpers import load_pair
+
+    from specrun.bench.serve_load import LoadRequest
+    from specrun.cli.bench_serve import judge
+    from specrun.engine.loop import GenerationSettings
+    from specrun.engine.sampling import SamplingParams
+    from specrun.runtime.pair import Pair, PairConfig
+
+    request = LoadRequest("q/long", "q", "hello", None, 12, 0)
+    reference = Pair(PairConfig(tiny_target, None, ctx_size=512, threads=1))
+    try:
+        prompt = reference.tokens_for_messages([{"role": "user", "content": "hello"}])
+        settings = GenerationSettings(max_tokens=12, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
+        greedy = [t for step in reference.loop(settings, mode="off").run(prompt) for t in step.tokens]
+    finally:
+        reference.close()
+    wrong = greedy[:5] + [(greedy[5] + 1) % 256] + greedy[6:]  # a token the target would not have chosen
+    plain = {"id": "q/long", "tokens": greedy, "text": ""}
+    good, bad = {}, {}
+    pair = load_pair(tiny_target, None)
+    try:
+        judge(pair, [request], [(good, {"id": "q/long", "tokens": greedy, "text": "other"}, plain),
+                                (bad, {"id": "q/long", "tokens": wrong, "text": ""}, plain)], 512)
+    finally:
+        pair.close()
+    assert good["near_ties"] == 1 and "violations" not in good
+    assert bad["violations"] == 1 and bad["findings"][0]["identity"]["violations"][0]["position"] == 5

@@ -19,7 +19,7 @@ import random
 import statistics
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Sequence
 from urllib.parse import urlsplit
 
@@ -69,6 +69,7 @@ class Outcome:
     draft_n_accepted: int = 0
     finish_reason: str | None = None
     text: str = ""
+    tokens: list[int] = field(default_factory=list)
     error: str | None = None
 
     @property
@@ -82,7 +83,7 @@ def send(url: str, request: LoadRequest, temperature: float, *, api_key: str | N
     out = Outcome(request.id, request.category, request.max_tokens)
     messages = ([{"role": "system", "content": request.system}] if request.system else []) + [{"role": "user", "content": request.prompt}]
     body = json.dumps({"messages": messages, "max_tokens": request.max_tokens, "temperature": temperature,
-                       "seed": request.seed, "stream": True}).encode()
+                       "seed": request.seed, "stream": True, "return_tokens": True}).encode()
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
     parts = urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT_S)
@@ -121,6 +122,7 @@ def _read_events(response, out: Outcome, start: float, submitted: threading.Even
             out.error = event["error"].get("message", "error")
             break
         choice = event["choices"][0]
+        out.tokens.extend(choice.get("tokens", []))
         text = choice["delta"].get("content") or ""
         if text:
             if out.ttft_s is None:
@@ -195,17 +197,26 @@ def summary(outcomes: Sequence[Outcome], makespan: float) -> dict:
     }
 
 
-def mark_identical(runs: list[dict]) -> None:
-    """At temperature 0, compare each run's texts with plain decoding's at the same concurrency
-    and schedule: `identical` is how many requests got the same text (None for plain itself)."""
-    plain = {(r["concurrency"], r["schedule"], r["repetition"]): r for r in runs if r["mode"] == "off"}
+def mark_identical(runs: list[dict]) -> list[tuple[dict, dict, dict]]:
+    """At temperature 0, compare each run's answers with plain decoding's at the same concurrency,
+    schedule and repetition: `identical` is how many requests got the same tokens (None for plain
+    itself). Returns the (run, outcome, plain outcome) that differ, for a closer look."""
+    plain = {(r["concurrency"], r["schedule"], r["repetition"], r["temperature"]): r for r in runs if r["mode"] == "off"}
+    differing = []
     for run in runs:
-        base = plain.get((run["concurrency"], run["schedule"], run["repetition"]))
+        base = plain.get((run["concurrency"], run["schedule"], run["repetition"], run["temperature"]))
         if run["mode"] == "off" or base is None or run["temperature"] != 0:
             run["identical"] = None
             continue
-        texts = {o["id"]: o["text"] for o in base["outcomes"]}
-        run["identical"] = sum(1 for o in run["outcomes"] if texts.get(o["id"]) == o["text"])
+        theirs = {o["id"]: o for o in base["outcomes"]}
+        run["identical"] = 0
+        for outcome in run["outcomes"]:
+            other = theirs.get(outcome["id"])
+            if other is not None and (other["tokens"], other["text"]) == (outcome["tokens"], outcome["text"]):
+                run["identical"] += 1
+            elif other is not None:
+                differing.append((run, outcome, other))
+    return differing
 
 
 def record(mode: str, schedule: str, concurrency: int, repetition: int, temperature: float, outcomes: list[Outcome],
@@ -237,6 +248,8 @@ def table_rows(runs: list[dict]) -> tuple[list[str], list[list[str]]]:
         base = plain.get((r["concurrency"], r["schedule"], r["repetition"]))
         ratio = f"{r['throughput_tokens_per_s'] / base:.2f}×" if base and r["throughput_tokens_per_s"] else "—"
         identical = "—" if r.get("identical") is None else f"{r['identical']}/{r['answered']}"
+        if r.get("near_ties") or r.get("violations"):
+            identical += f" ({r.get('near_ties', 0)} near-ties, {r.get('violations', 0)} violations)"
         rows.append([str(r["concurrency"]), r["schedule"], "plain" if r["mode"] == "off" else r["mode"], _fmt(r["throughput_tokens_per_s"], 1),
                      ratio, _fmt(r["completion_mean_s"]), _fmt(r["completion_p95_s"]), _fmt(r["ttft_mean_s"]), _fmt(r["ttft_p95_s"]),
                      _fmt(r["decode_tokens_per_s_median"], 1),

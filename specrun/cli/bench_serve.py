@@ -22,6 +22,8 @@ from ..bench.environment import environment, load_average
 from ..bench.prompts import BenchPrompt
 from ..bench.render import markdown_table
 from ..bench.serve_load import LoadRequest, burst, mark_identical, record, send, table_rows, warnings, workload
+from ..engine.batch import SharedContext
+from ..engine.identity import check_output, logit_noise, tolerance_from_noise
 from ..engine.loop import GenerationSettings
 from ..errors import InputError
 from ..models.fetch import Resolved
@@ -114,7 +116,7 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
                                                                  calibration, out)
                             runs.append(record(mode, schedule, concurrency, repetition, temperature, outcomes, makespan, share))
                             _progress(out, runs[-1])
-        mark_identical(runs)
+        judge(loaded, requests, mark_identical(runs), runtime.ctx_size)
         cpus = (env.get("machine") or {}).get("cpu_count") or 0
         return {
             "schema": SCHEMA,
@@ -134,10 +136,35 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
         loaded.close()
 
 
+def judge(pair: Pair, requests: Sequence[LoadRequest], differing: Sequence[tuple[dict, dict, dict]], ctx_size: int) -> None:
+    """A greedy answer that differs from plain decoding's is checked, with plain's, token by token
+    against the target's own logits (engine.identity): each run counts its answers whose every
+    token is the target's choice or a measured near-tie (`near_ties`) and those with a token
+    further below the top (`violations`, a bug)."""
+    if not differing:
+        return
+    by_id = {r.id: r for r in requests}
+    ctx = SharedContext(pair.target_model, n_seq=1, n_ctx_seq=ctx_size, n_threads=pair.threads, n_batch=pair.config.n_batch)
+    try:
+        view = ctx.view(0)
+        for run, outcome, other in differing:
+            prompt = pair.tokens_for_messages(_messages(by_id[outcome["id"]]))
+            tolerance = tolerance_from_noise(logit_noise(view, prompt))
+            checks = [check_output(view, prompt, o["tokens"], tolerance) for o in (outcome, other)]
+            key = "violations" if any(c.violations for c in checks) else "near_ties"
+            run[key] = run.get(key, 0) + 1
+            run.setdefault("findings", []).append({"id": outcome["id"], "identity": checks[0].to_dict(), "plain_identity": checks[1].to_dict()})
+    finally:
+        ctx.close()
+
+
+def _messages(request: LoadRequest) -> list[dict]:
+    return ([{"role": "system", "content": request.system}] if request.system else []) + [{"role": "user", "content": request.prompt}]
+
+
 def _check_fit(pair: Pair, requests: Sequence[LoadRequest], ctx_size: int) -> None:
     for request in requests:
-        messages = ([{"role": "system", "content": request.system}] if request.system else []) + [{"role": "user", "content": request.prompt}]
-        n = len(pair.tokens_for_messages(messages))
+        n = len(pair.tokens_for_messages(_messages(request)))
         if n + request.max_tokens > ctx_size:
             raise InputError(f"{request.id}: {n} prompt tokens + {request.max_tokens} do not fit in --ctx-size {ctx_size}",
                              f"raise --ctx-size to {n + request.max_tokens} or lower --max-tokens")

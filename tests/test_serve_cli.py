@@ -82,3 +82,13 @@ def test_bad_flags_are_usage_errors(tiny_target):
     result = specrun("serve", "-m", tiny_target, "-md", "none", "--spec", "draft", "--port", "0")
     assert result.returncode == 2 and "needs a draft model" in result.stderr
     assert specrun("serve", "--parallel", "0").returncode == 2
+
+
+def test_draft_max_0_serves_without_drafts(tiny_target, tiny_draft):
+    process, url, lines = start("-m", str(tiny_target), "-md", str(tiny_draft), "-c", "512", "-t", "1", "--spec", "ngram", "--draft-max", "0")
+    try:
+        api = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=WAIT)
+        answer = api.completions.create(model="x", prompt="abc abc abc abc abc abc", max_tokens=24, temperature=0)
+        assert answer.model_extra["timings"]["draft_n"] == 0
+    finally:
+        stop(process, signal.SIGTERM)

@@ -175,7 +175,8 @@ def _one_run(pair: Pair, bench: ServeBench, requests: Sequence[LoadRequest], mod
     """A fresh server for one configuration, starting from the shared batch costs, warmed up, then
     the burst; with the share of its threads' CPU time the process got meanwhile (the server is
     busy throughout a burst, so well under 1 means other processes took the rest)."""
-    k_cap = defaults.draft_max_for(mode, bench.draft_max) or defaults.AUTO_K_MAX
+    k_cap = defaults.draft_max_for(mode, bench.draft_max)
+    k_cap = defaults.AUTO_K_MAX if k_cap is None else k_cap
     costs = BatchCosts.of(_points(calibration["verify_s"]), _points(calibration["draft_s"]))
     options = ServeOptions(parallel=concurrency, queue=len(requests), schedule=schedule, mode=mode, k_cap=k_cap, base=bench.base)
     service = Service(pair, options, costs=costs)

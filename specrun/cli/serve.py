@@ -68,7 +68,8 @@ def serve(
         resolved = resolve(models)
         if mode in ("draft", "hybrid") and resolved.draft is None:
             raise InputError(f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec auto, ngram or off")
-        k_cap = defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k) or defaults.AUTO_K_MAX
+        k_cap = defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k)
+        k_cap = defaults.AUTO_K_MAX if k_cap is None else k_cap  # auto's own cap unless --draft-max says (0: no drafts)
         base = generation_settings(max_tokens=defaults.MAX_TOKENS, temperature=defaults.TEMPERATURE, filters=filters,
                                    tuning=speculation.tuning, draft_max=k_cap, seed=None)
         loaded = Pair(pair_config(resolved, runtime), warn=out.warn, contexts=False)

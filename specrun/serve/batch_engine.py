@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..engine.auto.estimates import CostCurve, PositionRates
+from ..engine.auto.estimates import PositionRates
 from ..engine.batch import Segment, SharedContext
 from ..engine.drafting.batched_model import BatchedModelDrafter, DraftJob
 from ..engine.drafting.model import VocabBridge
@@ -98,11 +98,9 @@ class BatchEngine:
                 warn("specrun serve: measuring batch costs")
             tokens = target.tokenize(CALIBRATION_TEXT, add_special=True, parse_special=False)[:48]
             costs = calibrate(self.target, self.draft_ctx, tokens, parallel=config.parallel)
-        if self.draft_ctx is not None and costs.draft is None:
-            costs.draft = CostCurve()  # learned from the first draft passes
         self.costs = costs
         self.model_viable = self.drafter is not None and (
-            config.mode != "auto" or (costs.draft is not None and model_can_pay(costs.costs(), max(self.k_cap, 1))))
+            config.mode != "auto" or (bool(costs.draft) and model_can_pay(costs.costs(), max(self.k_cap, 1))))
         self.pooled_model = PositionRates(max(self.k_cap, 1))
         self.active: dict[int, Generation] = {}
         self.steps = 0

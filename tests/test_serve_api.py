@@ -135,6 +135,11 @@ def test_a_seed_reproduces_a_sampled_answer(pair):
     assert first == again and len(others | {first}) > 1
 
 
+def test_a_negative_seed_is_a_seed_too(server):
+    answer = chat(server.url, "hello", temperature=1.0, seed=-3, max_tokens=4)
+    assert answer.usage.completion_tokens == 4
+
+
 def test_a_stop_string_ends_the_answer_before_it(server):
     full = chat(server.url, "hello", max_tokens=24).choices[0].message.content
     stop = full[len(full) // 2 : len(full) // 2 + 2]

@@ -110,8 +110,9 @@ class Service:
             top_p=body.top_p if body.top_p is not None else filters.top_p,
             min_p=body.min_p if body.min_p is not None else filters.min_p,
         )
+        seed = body.seed % 2**64 if body.seed is not None else None  # any integer, as OpenAI's API takes (numpy wants ≥ 0)
         settings = replace(base, max_tokens=max_tokens if max_tokens is not None else self.ctx_size, sampling=sampling,
-                           seed=body.seed, stop=body.stops(), ignore_eos=False)
+                           seed=seed, stop=body.stops(), ignore_eos=False)
         return Job(kind, tokens, settings, max_tokens_given=max_tokens)
 
     # -- running -----------------------------------------------------------------------------

@@ -113,7 +113,7 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
                     for repetition in range(bench.runs):
                         for mode in bench.modes:
                             outcomes, makespan, share = _one_run(loaded, bench, requests, mode, schedule, concurrency, temperature,
-                                                                 calibration, out)
+                                                                 calibration)
                             runs.append(record(mode, schedule, concurrency, repetition, temperature, outcomes, makespan, share))
                             _progress(out, runs[-1])
         judge(loaded, requests, mark_identical(runs), runtime.ctx_size)
@@ -171,7 +171,7 @@ def _check_fit(pair: Pair, requests: Sequence[LoadRequest], ctx_size: int) -> No
 
 
 def _one_run(pair: Pair, bench: ServeBench, requests: Sequence[LoadRequest], mode: str, schedule: str, concurrency: int,
-             temperature: float, calibration: dict, out: Output):
+             temperature: float, calibration: dict):
     """A fresh server for one configuration, starting from the shared batch costs, warmed up, then
     the burst; with the share of its threads' CPU time the process got meanwhile (the server is
     busy throughout a burst, so well under 1 means other processes took the rest)."""

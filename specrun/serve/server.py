@@ -99,7 +99,7 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def make_server(service: Service, sock: socket.socket, grace: float) -> DrainingServer:
+def make_server(service: Service, grace: float) -> DrainingServer:
     config = uvicorn.Config(create_app(service), log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=grace + 5.0)
     return DrainingServer(config, service, grace)
@@ -107,7 +107,7 @@ def make_server(service: Service, sock: socket.socket, grace: float) -> Draining
 
 def serve(service: Service, sock: socket.socket, grace: float) -> int | None:
     """Serve until a signal; returns the first signal received (None if the server stopped otherwise)."""
-    server = make_server(service, sock, grace)
+    server = make_server(service, grace)
     service.start()
     try:
         server.run(sockets=[sock])
@@ -123,7 +123,7 @@ class BackgroundServer:
         self.service = service
         self.sock = bind(host, port)
         self.url = url_of(self.sock)
-        self.server = make_server(service, self.sock, grace)
+        self.server = make_server(service, grace)
         self.server.config.timeout_graceful_shutdown = 1.0
         service.start()
         self.thread = threading.Thread(target=self._run, name="specrun-http", daemon=True)

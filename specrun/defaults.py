@@ -35,3 +35,12 @@ def draft_max_for(mode: str, explicit: int | None, recommended: int | None = Non
 def threads() -> int:
     """Physical cores are what llama.cpp scales with; os.cpu_count is the best portable guess."""
     return max(1, os.cpu_count() or 1)
+
+# `specrun serve`
+SERVE_HOST = "127.0.0.1"  # loopback: reachable from this machine only unless --host says otherwise
+SERVE_PORT = 8080  # llama.cpp's server uses the same
+SERVE_PARALLEL = 4  # requests decoded together in one batch
+SERVE_QUEUE = 64  # requests waiting beyond the busy sequences; more are answered 503
+SERVE_SCHEDULE = "srpt"  # srpt (shortest predicted remaining time first, with aging) or fcfs
+SERVE_DRAIN_S = 10.0  # on Ctrl-C or SIGTERM, active requests get this long to finish
+COMPLETION_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI's API defaults

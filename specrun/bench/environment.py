@@ -135,7 +135,7 @@ def environment(pair, cache: Path | None = None, load_average_start: float | Non
         "threads": pair.threads,
         "gpu_layers": layers,
         "draft_gpu_layers": draft_layers if pair.has_draft else None,
-        "ctx_size": pair.target_ctx.n_ctx,
+        "ctx_size": pair.target_ctx.n_ctx if pair.target_ctx is not None else config.ctx_size,
         "n_batch": config.n_batch,
         "models": {"target": model_file(config.target, cache), "draft": model_file(config.draft, cache)},
         "load_average_start": load_average_start,

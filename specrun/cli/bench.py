@@ -44,7 +44,7 @@ from .settings import generation_settings, pair_config, resolve
 BENCH = "Benchmark"
 QUICK = {"max_tokens": 32, "runs": 1, "draft_max": 4, "per_category": 1}
 
-SpecList = Annotated[str, typer.Option("--spec", help="Comma-separated speculation modes to compare (off, draft, …). Plain decoding (off) is always measured: it is the baseline of every speedup.", rich_help_panel=BENCH)]
+SpecList = Annotated[Optional[str], typer.Option("--spec", help="Comma-separated speculation modes to compare (off, draft, …; default off,draft, with --serve off,auto). Plain decoding (off) is always measured: it is the baseline of every speedup.", rich_help_panel=BENCH)]
 DraftMaxList = Annotated[Optional[str], typer.Option("--draft-max", help="Comma-separated K values to sweep, e.g. 1,2,4,8: the most draft tokens per step in every mode (default: the pair's recommended K, else 4, in the fixed modes, --quick 4; auto's own cap, 31, under auto).", rich_help_panel=BENCH)]
 TemperatureList = Annotated[Optional[str], typer.Option("--temperature", "--temp", help="Comma-separated temperatures, e.g. 0,0.8 (default 0). At 0 every speculative output is checked against plain decoding token by token.", rich_help_panel=BENCH)]
 MaxTokens = Annotated[Optional[int], typer.Option("--max-tokens", "-n", min=1, help=f"Tokens to generate per run at most (default {defaults.BENCH_MAX_TOKENS}; --quick {QUICK['max_tokens']}).", rich_help_panel=BENCH)]
@@ -60,6 +60,10 @@ JsonFile = Annotated[Optional[str], typer.Option("--json", metavar="FILE|-", hel
 CsvFile = Annotated[Optional[Path], typer.Option("--csv", metavar="FILE", help="Write every row (categories, then prompts) as CSV.", rich_help_panel=opt.OUTPUT)]
 MarkdownFile = Annotated[Optional[Path], typer.Option("--markdown", metavar="FILE", help="Write a Markdown report.", rich_help_panel=opt.OUTPUT)]
 PlotFile = Annotated[Optional[Path], typer.Option("--plot", metavar="FILE.png", help="Plot speedup by K per category and acceptance by draft position (needs matplotlib: pip install 'specrun\\[plot]').", rich_help_panel=opt.OUTPUT)]
+SERVE = "Server benchmark"
+Serve = Annotated[bool, typer.Option("--serve", help="Benchmark `specrun serve`: a burst of requests (every prompt with a long and a short answer) from concurrent HTTP clients, per mode, schedule and --concurrency.", rich_help_panel=SERVE)]
+ConcurrencyList = Annotated[str, typer.Option("--concurrency", help="With --serve: comma-separated numbers of sequences decoded together (the server's --parallel), e.g. 1,2,4.", rich_help_panel=SERVE)]
+ScheduleList = Annotated[str, typer.Option("--schedule", help="With --serve: comma-separated schedules to compare: fcfs, srpt.", rich_help_panel=SERVE)]
 
 
 def register(app: typer.Typer) -> None:
@@ -70,7 +74,7 @@ def register(app: typer.Typer) -> None:
 @flag_groups
 def bench(
     models: opt.ModelFlags = opt.ModelFlags(),
-    spec: SpecList = "off,draft",
+    spec: SpecList = None,
     draft_max: DraftMaxList = None,
     temperature: TemperatureList = None,
     max_tokens: MaxTokens = None,
@@ -92,9 +96,12 @@ def bench(
     markdown_file: MarkdownFile = None,
     plot_file: PlotFile = None,
     quiet: opt.Quiet = False,
+    serve: Serve = False,
+    concurrency: ConcurrencyList = "1,2,4",
+    schedule: ScheduleList = "fcfs,srpt",
 ) -> None:
     """Measure plain and speculative decoding side by side: speed, acceptance, cost-model efficiency, correctness."""
-    modes = parse_list(spec, str, "--spec")
+    modes = parse_list(spec or ("off,auto" if serve else "off,draft"), str, "--spec")
     ks = parse_list(draft_max, int, "--draft-max") if draft_max is not None else None
     temperatures = parse_list(temperature or "0", float, "--temperature")
     configurations(modes, ks, temperatures)  # bad values fail before any model is touched
@@ -111,6 +118,11 @@ def bench(
         category, limit or (QUICK["per_category"] if quick else None), shortest=quick and limit is None,
     )
     check_outputs(json_file, csv_file, markdown_file, plot_file)
+    if serve:
+        from . import bench_serve  # the server's modules load only here
+
+        return bench_serve.command(models, modes, ks, temperatures, settings, chosen, runtime, concurrency, schedule, runs,
+                                   json_file, csv_file, markdown_file, plot_file, quiet)
     load_start = load_average()
     out = Output(quiet=quiet, json_mode=json_file == "-")
     resolved = resolve(models)

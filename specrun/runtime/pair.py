@@ -55,7 +55,8 @@ def load_options(gpu_layers: int | None, warn: Callable[[str], None]) -> LoadOpt
 class Pair:
     """Target and draft models with one context each."""
 
-    def __init__(self, config: PairConfig, warn: Callable[[str], None] | None = None):
+    def __init__(self, config: PairConfig, warn: Callable[[str], None] | None = None, *, contexts: bool = True):
+        """`contexts=False` loads the models only (a server makes its own multi-sequence contexts)."""
         warn = warn or (lambda message: print(message, file=sys.stderr))
         self.config = config
         check_gguf_file(config.target)  # before llama.cpp sees it: its errors are cryptic, a truncated file can crash it
@@ -69,20 +70,20 @@ class Pair:
         self.gpu_layers = target_options.gpu_layers
         self.draft_gpu_layers = 0
         self.target_model = Model(config.target, target_options)
-        self.target_ctx = Context(self.target_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch)
+        self.target_ctx = Context(self.target_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch) if contexts else None
         self.draft_model = self.draft_ctx = self.bridge = None
         if config.draft is not None:
             draft_layers = config.draft_gpu_layers if config.draft_gpu_layers is not None else config.gpu_layers
             draft_options = load_options(draft_layers, warn)
             self.draft_gpu_layers = draft_options.gpu_layers
             self.draft_model = Model(config.draft, draft_options)
-            self.draft_ctx = Context(self.draft_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch)
+            self.draft_ctx = Context(self.draft_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch) if contexts else None
             self.bridge = VocabBridge(self.target_model, self.draft_model)
         self.speculation = Speculation(self)
 
     @property
     def has_draft(self) -> bool:
-        return self.draft_ctx is not None
+        return self.draft_model is not None
 
     def prompt_tokens(self, prompt: str, *, chat: bool = True, system: str | None = None) -> list[int]:
         """Tokenize a prompt, formatted with the target's chat template unless `chat` is False."""

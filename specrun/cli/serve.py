@@ -1,0 +1,92 @@
+"""`specrun serve`: an OpenAI-compatible HTTP server decoding its requests together, speculation
+budgeted across them."""
+
+from __future__ import annotations
+
+import signal
+from typing import Annotated, Optional
+
+import typer
+
+from .. import defaults
+from ..errors import EXIT_INTERRUPTED, InputError
+from ..runtime.pair import Pair
+from ..serve.batch_engine import SERVE_MODES
+from ..serve.scheduler import SCHEDULES
+from ..terminal import Output
+from . import options as opt
+from .options import flag_groups
+from .settings import generation_settings, pair_config, resolve, spec_mode
+
+SERVER = "Server"
+MAX_PARALLEL = 128  # llama.cpp holds at most 256 sequences: the busy ones and as many kept caches
+
+Host = Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback needs --api-key to be safe.", rich_help_panel=SERVER)]
+Port = Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free port, said on stderr).", rich_help_panel=SERVER)]
+Parallel = Annotated[int, typer.Option("--parallel", "-np", min=1, max=MAX_PARALLEL, help="Requests decoded together in one batch.", rich_help_panel=SERVER)]
+Queue = Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait for a free sequence; beyond them the server answers 503 with Retry-After.", rich_help_panel=SERVER)]
+ApiKey = Annotated[Optional[str], typer.Option("--api-key", envvar="SPECRUN_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1 and /metrics (also read from SPECRUN_API_KEY).", rich_help_panel=SERVER)]
+Schedule = Annotated[str, typer.Option("--schedule", help="Order of admission from the queue: srpt (shortest predicted remaining time first, with aging) or fcfs.", rich_help_panel=SERVER)]
+
+
+def register(app: typer.Typer) -> None:
+    """Add `serve` to the app (once, however often it is called)."""
+    if any(info.name == "serve" for info in app.registered_commands):
+        return
+    app.command(name="serve")(serve)
+
+
+@flag_groups
+def serve(
+    models: opt.ModelFlags = opt.ModelFlags(),
+    speculation: opt.SpeculationFlags = opt.SpeculationFlags(),
+    filters: opt.FilterFlags = opt.FilterFlags(),
+    runtime: opt.RuntimeFlags = opt.RuntimeFlags(),
+    host: Host = defaults.SERVE_HOST,
+    port: Port = defaults.SERVE_PORT,
+    parallel: Parallel = defaults.SERVE_PARALLEL,
+    queue: Queue = defaults.SERVE_QUEUE,
+    api_key: ApiKey = None,
+    schedule: Schedule = defaults.SERVE_SCHEDULE,
+    quiet: opt.Quiet = False,
+) -> None:
+    """Serve the models over OpenAI's API (/v1/chat/completions, /v1/completions), with /health and /metrics."""
+    from ..serve.server import bind, is_loopback, serve as serve_forever, url_of  # fastapi and uvicorn load only here
+    from ..serve.service import ServeOptions, Service
+
+    out = Output(quiet=quiet)
+    schedule = schedule.strip().lower()
+    if schedule not in SCHEDULES:
+        raise InputError(f"unknown --schedule {schedule!r}", f"use one of: {', '.join(SCHEDULES)}")
+    mode = spec_mode(speculation.spec, models.draft)
+    if mode not in SERVE_MODES:
+        raise InputError(f"unknown speculation mode {mode!r}", f"use one of: {', '.join(SERVE_MODES)}")
+    sock = bind(host, port)
+    try:
+        if not is_loopback(host) and not api_key:
+            out.warn(f"specrun serve: warning: listening on {host} without --api-key: anyone who can reach it may use it")
+        resolved = resolve(models)
+        if mode in ("draft", "hybrid") and resolved.draft is None:
+            raise InputError(f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec auto, ngram or off")
+        k_cap = defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k)
+        k_cap = defaults.AUTO_K_MAX if k_cap is None else k_cap  # auto's own cap unless --draft-max says (0: no drafts)
+        base = generation_settings(max_tokens=defaults.MAX_TOKENS, temperature=defaults.TEMPERATURE, filters=filters,
+                                   tuning=speculation.tuning, draft_max=k_cap, seed=None)
+        loaded = Pair(pair_config(resolved, runtime), warn=out.warn, contexts=False)
+        try:
+            options = ServeOptions(parallel=parallel, queue=queue, schedule=schedule, api_key=api_key, mode=mode, k_cap=k_cap, base=base)
+            service = Service(loaded, options, warn=out.warn)
+            try:
+                enabled = "draft model and prompt lookup" if service.engine.model_viable else "prompt lookup" if mode != "off" else "none"
+                out.warn(f"specrun serve: listening on {url_of(sock)} · model {service.model_name} · --spec {mode} "
+                         f"(drafting: {enabled}) · --parallel {parallel} · --schedule {schedule}")
+                received = serve_forever(service, sock, defaults.SERVE_DRAIN_S)
+                out.summary(f"specrun serve: stopped after {service.worker.served} answered requests")
+            finally:
+                service.close()
+        finally:
+            loaded.close()
+    finally:
+        sock.close()
+    if received == signal.SIGINT:
+        raise typer.Exit(EXIT_INTERRUPTED)

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible server: requests decoded together, speculation budgeted across them."""

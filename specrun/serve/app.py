@@ -1,0 +1,262 @@
+"""The HTTP face of a Service: OpenAI's chat and completion endpoints (whole or as server-sent
+events), models, health and Prometheus metrics; errors in OpenAI's envelope.
+
+Events come from the engine thread through a sink that hops onto this event loop. A client that
+goes away (a closed stream, or a dropped connection while it waits for a whole answer) cancels
+its request, which leaves the batch at the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+import sys
+from typing import AsyncIterator, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from .schemas import ChatRequest, CompletionRequest, chat_chunk, chat_response, completion_response, error_body, new_id
+from .service import RequestError, Service
+from .worker import Event, Handle, QueueFull, ShuttingDown
+
+PROTECTED = ("/v1/", "/metrics")  # what --api-key guards; /health stays open for load balancers
+CLIENT_GONE = 499  # nginx's status for a client that closed the connection; nobody receives it
+
+
+class ApiError(Exception):
+    """An error response: status, OpenAI's envelope, headers."""
+
+    def __init__(self, status: int, message: str, kind: str, param: str | None = None, code: str | None = None,
+                 headers: dict | None = None):
+        super().__init__(message)
+        self.status = status
+        self.body = error_body(message, kind, param, code)
+        self.headers = headers or {}
+
+
+def _response(error: ApiError) -> JSONResponse:
+    return JSONResponse(error.body, status_code=error.status, headers=error.headers)
+
+
+def create_app(service: Service) -> FastAPI:
+    """The FastAPI application serving `service`."""
+    app = FastAPI(title="specrun", docs_url=None, redoc_url=None, openapi_url=None)
+    _install_errors(app, service)
+    if service.options.api_key:
+        app.add_middleware(BearerAuth, key=service.options.api_key)
+    model = service.model_name
+
+    @app.get("/health")
+    async def health():
+        state = service.worker.snapshot()
+        status = "shutting_down" if state["draining"] else "ok"
+        return JSONResponse({"status": status, **state}, status_code=503 if state["draining"] else 200)
+
+    @app.get("/metrics")
+    async def metrics():
+        return PlainTextResponse(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/v1/models")
+    async def models():
+        created = int(os.stat(service.pair.config.target).st_mtime)
+        return {"object": "list", "data": [{"id": model, "object": "model", "created": created, "owned_by": "specrun"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat(body: ChatRequest, request: Request):
+        job = await _job(service, "chat", body)
+        rid = new_id("chatcmpl")
+        handle, events = _submit(service, job)
+        if body.stream:
+            first = chat_chunk(rid, model, {"role": "assistant", "content": ""})
+            return _stream(handle, events, first, lambda ev: _tokens(chat_chunk(rid, model, {"content": ev.text}), ev.tokens, body),
+                           lambda ev: chat_chunk(rid, model, {}, ev.finish_reason, ev.report), body.return_tokens)
+        answer = await _collect(handle, events, request)
+        if answer is None:
+            return Response(status_code=CLIENT_GONE)
+        last, text, tokens = answer
+        return _tokens(chat_response(rid, model, text, last.finish_reason, last.report), tokens, body)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        job = await _job(service, "completion", body)
+        rid = new_id("cmpl")
+        handle, events = _submit(service, job)
+        if body.stream:
+            return _stream(handle, events, None, lambda ev: _tokens(completion_response(rid, model, ev.text, None), ev.tokens, body),
+                           lambda ev: completion_response(rid, model, "", ev.finish_reason, ev.report), body.return_tokens)
+        answer = await _collect(handle, events, request)
+        if answer is None:
+            return Response(status_code=CLIENT_GONE)
+        last, text, tokens = answer
+        return _tokens(completion_response(rid, model, text, last.finish_reason, last.report), tokens, body)
+
+    return app
+
+
+def _tokens(payload: dict, tokens: list[int], body) -> dict:
+    """With `return_tokens`, the token ids behind the choice's text (the answer's, or this chunk's)."""
+    if body.return_tokens:
+        payload["choices"][0]["tokens"] = list(tokens)
+    return payload
+
+
+async def _job(service: Service, kind: str, body):
+    """Tokenize off the event loop (a long prompt takes milliseconds); a bad request becomes a 400."""
+    make = service.chat_job if kind == "chat" else service.completion_job
+    try:
+        return await run_in_threadpool(make, body)
+    except RequestError as error:
+        service.metrics.request(kind, "invalid")
+        raise ApiError(400, error.message, "invalid_request_error", error.param, error.code) from None
+
+
+def _submit(service: Service, job) -> tuple[Handle, asyncio.Queue]:
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue = asyncio.Queue()
+
+    def sink(event: Event) -> None:
+        loop.call_soon_threadsafe(events.put_nowait, event)
+
+    try:
+        return service.worker.submit(job, sink), events
+    except QueueFull as full:
+        service.metrics.request(job.kind, "rejected")
+        state = service.worker.snapshot()
+        raise ApiError(503, f"the server is busy ({state['active']} requests answering, {state['queued']} waiting); retry later",
+                       "server_error", None, "queue_full", {"Retry-After": str(full.retry_after)}) from None
+    except ShuttingDown:
+        service.metrics.request(job.kind, "rejected")
+        raise ApiError(503, "the server is shutting down", "server_error", None, "shutting_down", {"Retry-After": "5"}) from None
+
+
+def _event_error(event: Event) -> ApiError:
+    if event.error == "shutting_down":
+        return ApiError(503, event.message or "the server is shutting down", "server_error", None, "shutting_down", {"Retry-After": "5"})
+    return ApiError(500, event.message or "the request failed", "server_error", None, event.error)
+
+
+async def _collect(handle: Handle, events: asyncio.Queue, request: Request) -> tuple[Event, str, list[int]] | None:
+    """Wait for the whole answer (last event, text, tokens); None when the client disconnected
+    meanwhile (the request is cancelled)."""
+    gone = asyncio.ensure_future(_disconnected(request))
+    pieces: list[str] = []
+    tokens: list[int] = []
+    try:
+        while True:
+            get = asyncio.ensure_future(events.get())
+            done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if get not in done:
+                get.cancel()
+                return None
+            event = get.result()
+            if event.error:
+                raise _event_error(event)
+            pieces.append(event.text)
+            tokens.extend(event.tokens)
+            if event.done:
+                return event, "".join(pieces), tokens
+    finally:
+        gone.cancel()
+        handle.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client has gone away (the request body was already read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def _sse(payload) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+def _stream(handle: Handle, events: asyncio.Queue, first: dict | None, piece: Callable[[Event], dict],
+            last: Callable[[Event], dict], with_tokens: bool = False) -> StreamingResponse:
+    """Server-sent events: an opening chunk, one chunk per step with new text (or new tokens, when
+    they are asked for), a final chunk with finish_reason, usage and timings, then [DONE]. A closed
+    connection cancels the request."""
+
+    async def body() -> AsyncIterator[str]:
+        try:
+            if first is not None:
+                yield _sse(first)
+            while True:
+                event = await events.get()
+                if event.error:
+                    yield _sse(_event_error(event).body)
+                    break
+                if event.text or (with_tokens and event.tokens):
+                    yield _sse(piece(event))
+                if event.done:
+                    yield _sse(last(event))
+                    break
+            yield "data: [DONE]\n\n"
+        finally:
+            handle.cancel()
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def _install_errors(app: FastAPI, service: Service) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, error: ApiError):
+        return _response(error)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError):
+        endpoint = "chat" if request.url.path.endswith("chat/completions") else "completion"
+        service.metrics.request(endpoint, "invalid")
+        return _response(validation_error(error.errors()))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException):
+        kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(str(error.detail), kind), status_code=error.status_code, headers=error.headers)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, error: Exception):
+        if os.environ.get("SPECRUN_DEBUG"):
+            import traceback
+
+            traceback.print_exception(error, file=sys.stderr)
+        return JSONResponse(error_body(f"internal error: {type(error).__name__}: {error}", "server_error"), status_code=500)
+
+
+def validation_error(errors: list[dict]) -> ApiError:
+    """The first validation error as OpenAI reports one: a message and the parameter at fault."""
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
+    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    if first.get("type") == "json_invalid":
+        return ApiError(400, f"the request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])})",
+                        "invalid_request_error", None, "invalid_json")
+    param = ".".join(loc) or None
+    if param is None and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
+        return ApiError(400, "the request body must be a JSON object (sent with Content-Type: application/json)",
+                        "invalid_request_error", None, "invalid_json")
+    where = f"{param}: " if param else ""
+    return ApiError(400, f"{where}{first['msg']}", "invalid_request_error", param, first.get("type"))
+
+
+class BearerAuth:
+    """ASGI middleware: requests to PROTECTED paths need `Authorization: Bearer <key>`, checked
+    before the body is read (a pure ASGI wrapper, so streams and disconnects pass through untouched)."""
+
+    def __init__(self, app, key: str):
+        self.app = app
+        self.expected = f"Bearer {key}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith(PROTECTED):
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                error = ApiError(401, "invalid or missing API key (send Authorization: Bearer <key>)",
+                                 "authentication_error", None, "invalid_api_key")
+                await _response(error)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

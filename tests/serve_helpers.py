@@ -1,0 +1,77 @@
+"""Helpers for the server tests: a gate that lets the engine thread take steps only when a test says
+so, and a server on a free loopback port serving tiny models from a thread of this process."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Iterator
+
+from specrun.engine.loop import GenerationSettings
+from specrun.runtime.pair import Pair, PairConfig
+from specrun.serve.costs import BatchCosts
+from specrun.serve.server import BackgroundServer
+from specrun.serve.service import ServeOptions, Service
+
+WAIT = 60.0  # seconds a test waits for a state before failing (never reached when things work)
+
+# Fixed costs for tests that must not depend on timing: a pass costs the same whatever its size
+# (as on a GPU), so under auto every draft that might be accepted pays.
+FLAT_COSTS = {n: 0.01 for n in (1, 2, 4, 8, 16, 32, 64)}
+
+
+class StepGate:
+    """The worker's `before_step`: blocks the engine thread until the test allows a step (or opens
+    the gate for good), and counts the steps it let through."""
+
+    def __init__(self, open_: bool = False):
+        self._cond = threading.Condition()
+        self._open = open_
+        self._permits = 0
+        self.passed = 0
+
+    def __call__(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._open or self._permits > 0)
+            if not self._open:
+                self._permits -= 1
+            self.passed += 1
+            self._cond.notify_all()
+
+    def allow(self, n: int = 1) -> None:
+        with self._cond:
+            self._permits += n
+            self._cond.notify_all()
+
+    def open(self) -> None:
+        with self._cond:
+            self._open = True
+            self._cond.notify_all()
+
+
+def load_pair(target: Path, draft: Path | None, ctx_size: int = 512) -> Pair:
+    return Pair(PairConfig(target, draft, ctx_size=ctx_size, threads=1), contexts=False)
+
+
+@contextmanager
+def served(pair: Pair, *, gate: StepGate | None = None, costs: dict | None = None, draft_costs: dict | None = None,
+           **options) -> Iterator[BackgroundServer]:
+    """A running server for `pair` (ServeOptions fields as keywords; `base` defaults to greedy-friendly
+    settings); stopped, with its gate opened, on exit."""
+    options.setdefault("base", GenerationSettings())
+    seeded = BatchCosts.of(costs, draft_costs) if costs is not None else None
+    service = Service(pair, ServeOptions(**options), costs=seeded, before_step=gate)
+    server = BackgroundServer(service)
+    try:
+        yield server
+    finally:
+        if gate is not None:
+            gate.open()
+        server.stop()
+        service.close()
+
+
+def with_temperature(settings: GenerationSettings, temperature: float) -> GenerationSettings:
+    return replace(settings, sampling=replace(settings.sampling, temperature=temperature))

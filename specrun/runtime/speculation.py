@@ -87,7 +87,7 @@ class Speculation:
             config = pair.config
             key = cost_cache.cache_key(
                 Path(config.target), Path(config.draft) if config.draft else None, threads=pair.threads,
-                gpu_layers=pair.gpu_layers, draft_gpu_layers=pair.draft_gpu_layers, build=engine_llama.system_info(),
+                gpu_layers=pair.gpu_layers, draft_gpu_layers=pair.draft_gpu_layers, build=engine_llama.system_info() + pair.placement.key(),
             )
             self.costs = None if measure else cost_cache.load(key)
             if self.costs is None:

@@ -51,10 +51,12 @@ def _register_optional() -> None:
     from . import bench as bench_command
     from . import chat as chat_command
     from . import models as model_commands
+    from . import worker as worker_command
 
     model_commands.register(app)
     chat_command.register(app)
     bench_command.register(app)
+    worker_command.register(app)
 
 
 def _debug() -> bool:

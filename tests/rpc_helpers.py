@@ -43,16 +43,18 @@ class Worker:
         return self.proc.returncode
 
 
-def start_worker(directory: Path, *args: str, host: str = "127.0.0.1") -> Worker:
-    """Start a worker and wait until it listens (its line on stderr)."""
+def start_worker(directory: Path, *args: str, host: str = "127.0.0.1", namespace: str | None = None) -> Worker:
+    """Start a worker (in a network namespace if given) and wait until it listens."""
     port = free_port()
     log = directory / f"worker-{port}.log"
+    prefix = ["ip", "netns", "exec", namespace] if namespace else []
     with open(log, "wb") as handle:
-        proc = subprocess.Popen([sys.executable, "-m", "specrun", "worker", "--host", host, "--port", str(port), "--threads", "1", *args],
+        proc = subprocess.Popen([*prefix, sys.executable, "-m", "specrun", "worker", "--host", host, "--port", str(port), "--threads", "1", *args],
                                 stdout=subprocess.DEVNULL, stderr=handle, stdin=subprocess.DEVNULL, env=ENV)
-    worker = Worker(proc, f"127.0.0.1:{port}", log)
+    reach = "127.0.0.1" if host == "0.0.0.0" else host
+    worker = Worker(proc, f"{reach}:{port}", log)
     deadline = time.monotonic() + 60
-    while "Starting RPC server" not in worker.text() or not _listening(port):
+    while "Starting RPC server" not in worker.text() or not _listening(reach, port):
         if proc.poll() is not None or time.monotonic() > deadline:
             worker.stop()
             raise RuntimeError(f"the worker did not start: {worker.text()}")
@@ -60,10 +62,10 @@ def start_worker(directory: Path, *args: str, host: str = "127.0.0.1") -> Worker
     return worker
 
 
-def _listening(port: int) -> bool:
-    """True once something accepts TCP connections on the port (llama.cpp's server, not our check)."""
+def _listening(host: str, port: int) -> bool:
+    """True once something accepts TCP connections there (llama.cpp's server, not our check)."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
+        with socket.create_connection((host, port), timeout=1):
             return True
     except OSError:
         return False

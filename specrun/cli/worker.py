@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
 import sys
 import threading
@@ -75,6 +76,7 @@ def worker(
     server = threading.Thread(target=engine_rpc.serve, args=(endpoint, served),
                               kwargs={"threads": threads, "cache_dir": cache}, daemon=True, name="rpc-server")
     server.start()
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         while server.is_alive():
             server.join(0.2)
@@ -83,6 +85,12 @@ def worker(
         os._exit(EXIT_INTERRUPTED)
     say(f"specrun worker: error: llama.cpp's RPC server stopped (could not listen at {endpoint}?)")
     os._exit(EXIT_RUNTIME)
+
+
+def _terminated(signum: int, frame) -> None:  # noqa: ARG001 - signal handler signature
+    """SIGTERM (a service manager, `kill`): stop as on Ctrl-C, with the conventional 128 + 15."""
+    print("specrun worker: terminated", file=sys.stderr, flush=True)
+    os._exit(128 + signal.SIGTERM)
 
 
 def listen_address(host: str) -> ipaddress.IPv4Address:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import socket
 import struct
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ CONN_CAPS_SIZE = 24  # the HELLO request: transport capabilities (all zero: plai
 CHECK_TIMEOUT_S = 5.0
 DEFAULT_PORT = 50052
 DEAD_WORKER = "Remote RPC server crashed or returned malformed response"  # ggml-rpc.cpp's abort message
+DEAD_LINK_TIMEOUT_S = 10  # a link that acknowledges nothing for this long counts as dead
 
 _REGISTERED: list[str] = []  # endpoints whose devices this process has registered (once each: ggml cannot unregister)
 
@@ -162,6 +164,73 @@ def connect(endpoints: Sequence[Endpoint]) -> list[Device]:
         _REGISTERED.append(key)
     listed = [d for d in devices([str(e) for e in endpoints]) if d.remote]
     return [d for e in endpoints for d in listed if d.endpoint == str(e)]
+
+
+def harden_connections(endpoints: Sequence[Endpoint], timeout_s: int = DEAD_LINK_TIMEOUT_S) -> int:
+    """Make llama.cpp's connections to `endpoints` fail when the link dies instead of waiting forever.
+
+    A worker that is killed closes its connections, and llama.cpp notices at once. A worker whose
+    machine or network vanishes closes nothing: llama.cpp would wait for TCP to give up (a quarter
+    of an hour). So its sockets (found in /proc, Linux only) get TCP_USER_TIMEOUT (data unacknowledged
+    for `timeout_s` fails the connection) and keepalive probes while idle; llama.cpp then aborts, which
+    `fatal.py` turns into one line. Returns how many sockets were changed.
+    """
+    wanted = set()
+    for endpoint in endpoints:
+        try:
+            wanted.add((socket.gethostbyname(endpoint.host), endpoint.port))
+        except OSError:
+            continue
+    inodes = {inode for inode, peer in _tcp_peers() if peer in wanted}
+    changed = 0
+    for fd, inode in _socket_fds():
+        if inode not in inodes:
+            continue
+        try:
+            with socket.socket(fileno=os.dup(fd)) as sock:  # a duplicate: the options apply to the shared socket
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_s * 1000)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, timeout_s)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, timeout_s // 3))
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+            changed += 1
+        except (OSError, AttributeError):  # not Linux, or the socket went away meanwhile
+            continue
+    return changed
+
+
+def _tcp_peers() -> list[tuple[int, tuple[str, int]]]:
+    """(socket inode, (remote IPv4, port)) of this process's network namespace's TCP sockets."""
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 10:
+            continue
+        address, port = fields[2].split(":")
+        host = socket.inet_ntoa(struct.pack("<I", int(address, 16)))
+        out.append((int(fields[9]), (host, int(port, 16))))
+    return out
+
+
+def _socket_fds() -> list[tuple[int, int]]:
+    """(file descriptor, socket inode) of this process's sockets."""
+    out = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.append((int(name), int(target[8:-1])))
+    return out
 
 
 def connected() -> list[str]:

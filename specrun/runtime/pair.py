@@ -111,6 +111,7 @@ class Pair:
             self.draft_model = Model(config.draft, options(self.placement.draft))
             self.draft_ctx = Context(self.draft_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch)
             self.bridge = VocabBridge(self.target_model, self.draft_model)
+        engine_rpc.harden_connections([engine_rpc.parse_endpoint(e) for e in endpoints])
         self.speculation = Speculation(self)
 
     @property

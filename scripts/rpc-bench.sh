@@ -52,13 +52,17 @@ fail() {
     say "$*"
     exit 1
 }
-cleanup() {
+stop_started() { # the workers and the proxy started so far, so the next benchmark has the cores to itself
     local pid
     for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
     for pid in "${PIDS[@]}"; do
         for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
         kill -KILL "$pid" 2>/dev/null || true
     done
+    PIDS=()
+}
+cleanup() {
+    stop_started
     ip netns del "$NS" 2>/dev/null || true
     ip link del "$HOST_IF" 2>/dev/null || true
 }
@@ -105,6 +109,7 @@ for run in $RUNS; do
         [ -z "${PROXY_PORT:-}" ] || wait_for "$HOST_IP" "$PROXY_PORT" "$OUT/proxy.log"
         say "link: $LINK; worker at $LINK_ENDPOINT"
         "$PY" -m specrun bench "${DEFAULTS[@]}" "$@" --rpc "$LINK_ENDPOINT" --json "$OUT/bench-link.json"
+        stop_started
         ;;
     loopback)
         LOOP_PORT=$(free_port)
@@ -113,6 +118,7 @@ for run in $RUNS; do
         wait_for 127.0.0.1 "$LOOP_PORT" "$OUT/worker-loopback.log"
         say "loopback: worker at 127.0.0.1:$LOOP_PORT"
         "$PY" -m specrun bench "${DEFAULTS[@]}" "$@" --rpc "127.0.0.1:$LOOP_PORT" --json "$OUT/bench-loopback.json"
+        stop_started
         ;;
     local)
         say "local: no worker"

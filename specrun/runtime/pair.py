@@ -88,9 +88,9 @@ class Pair:
         threads = config.threads or defaults.threads()
         self.threads = threads
         self.warn = warn
-        endpoints = [str(engine_rpc.parse_endpoint(e)) for e in config.rpc]
-        engine_rpc.connect([engine_rpc.parse_endpoint(e) for e in endpoints])
-        spaces, handles = device_spaces(endpoints)
+        workers = [engine_rpc.parse_endpoint(e) for e in config.rpc]
+        engine_rpc.connect(workers)  # unreachable, busy or of another protocol: one line, before any weight is read
+        spaces, handles = device_spaces([str(w) for w in workers])
         request = Request(config.ctx_size, config.gpu_layers, config.draft_gpu_layers, config.devices, config.draft_devices,
                           config.tensor_split)
         self.placement: Placement = plan(model_size(config.target), model_size(config.draft) if config.draft else None, spaces, request)
@@ -111,7 +111,7 @@ class Pair:
             self.draft_model = Model(config.draft, options(self.placement.draft))
             self.draft_ctx = Context(self.draft_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch)
             self.bridge = VocabBridge(self.target_model, self.draft_model)
-        engine_rpc.harden_connections([engine_rpc.parse_endpoint(e) for e in endpoints])
+        engine_rpc.harden_connections(workers)
         self.speculation = Speculation(self)
 
     @property

@@ -23,8 +23,10 @@ def test_sizes_read_from_the_header_add_up_to_the_files(real_pair_paths):
 
 
 def test_default_pair_over_a_loopback_worker_gives_the_local_text(real_pair_paths, tmp_path):
+    """Also: the worker's tensor cache keeps the large tensors it was sent (here the output layer)."""
     target, draft = real_pair_paths
-    worker = start_worker(tmp_path)
+    cache = tmp_path / "tensor-cache"
+    worker = start_worker(tmp_path, "--cache", str(cache))
     try:
         args = ["def fib(n):", "--target", str(target), "--draft", str(draft), "--raw", "--spec", "draft", "--temp", "0",
                 "-n", "32", "-t", "1", "--json"]
@@ -36,4 +38,5 @@ def test_default_pair_over_a_loopback_worker_gives_the_local_text(real_pair_path
     local_doc, remote_doc = json.loads(local.stdout), json.loads(remote.stdout)
     assert remote_doc["text"] == local_doc["text"]
     on_worker = [s for s in remote_doc["placement"]["target"]["devices"] if s["endpoint"] == worker.endpoint]
-    assert on_worker and on_worker[0]["layers"] > 0
+    assert on_worker and on_worker[0]["layers"] > 0 and on_worker[0]["output_layer"]
+    assert any(cache.iterdir())

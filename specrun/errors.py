@@ -56,6 +56,10 @@ class FetchError(SpecrunError):
     """A model could not be fetched or assembled (offline, corrupted bundle, disk full)."""
 
 
+class RpcError(SpecrunError):
+    """An RPC worker cannot be used or was lost: unreachable, busy, another protocol version, gone (exit 1)."""
+
+
 class OutputClosed(SpecrunError):
     """The reader of stdout went away (`| head`): stop generating and exit quietly (exit 0)."""
 

@@ -103,6 +103,14 @@ class Output:
         self.err.write(line + "\n")
         self.err.flush()
 
+    def note(self, line: str) -> None:
+        """A line about the setup (where the models run), before any text; dropped by --quiet."""
+        if self.quiet:
+            return
+        self.clear_status()
+        self.err.write(line + "\n")
+        self.err.flush()
+
     def warn(self, line: str) -> None:
         self.clear_status()
         self.err.write(line + "\n")

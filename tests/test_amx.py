@@ -29,8 +29,7 @@ def test_amx_build_loads_without_extra_buffers_and_warns_once(monkeypatch, tiny_
 def test_build_without_amx_keeps_extra_buffers(monkeypatch, tiny_target):
     monkeypatch.setattr(engine_llama, "has_amx", lambda: False)
     warnings: list[str] = []
-    options = pair_module.load_options(None, warnings.append)
-    assert options.use_extra_bufts and not warnings
+    assert pair_module.extra_buffers_allowed(warnings.append) and not warnings
 
 
 def test_this_build_has_no_amx():

@@ -55,7 +55,7 @@ def test_speculative_json_equals_plain_json_text(tiny_target, tiny_draft):
 
 def test_json_schema(tiny_target, tiny_draft):
     doc = run_json("x", *models(tiny_target, tiny_draft), "-n", "8", *GREEDY, "--seed", "3")
-    assert set(doc) == {"text", "stats", "models", "settings"}
+    assert set(doc) == {"text", "stats", "models", "settings", "placement"}
     assert set(doc["stats"]) >= {
         "prompt_tokens", "generated_tokens", "time_to_first_token_s", "decode_tokens_per_s", "total_time_s",
         "drafted", "accepted", "acceptance_rate", "mean_tokens_per_step", "acceptance_by_position",

@@ -124,8 +124,6 @@ def environment(pair, cache: Path | None = None, load_average_start: float | Non
 
     config = pair.config
     offload = engine_llama.supports_gpu_offload()
-    layers = config.gpu_layers if config.gpu_layers is not None else (999 if offload else 0)
-    draft_layers = config.draft_gpu_layers if config.draft_gpu_layers is not None else layers
     return {
         "specrun": __version__,
         "packages": package_versions(),
@@ -133,8 +131,9 @@ def environment(pair, cache: Path | None = None, load_average_start: float | Non
         "llama_cpp_system_info": engine_llama.system_info().strip(),
         "gpu_offload": offload,
         "threads": pair.threads,
-        "gpu_layers": layers,
-        "draft_gpu_layers": draft_layers if pair.has_draft else None,
+        "gpu_layers": pair.gpu_layers,
+        "draft_gpu_layers": pair.draft_gpu_layers if pair.has_draft else None,
+        "placement": pair.placement.to_dict(),
         "ctx_size": pair.target_ctx.n_ctx if pair.target_ctx is not None else config.ctx_size,
         "n_batch": config.n_batch,
         "models": {"target": model_file(config.target, cache), "draft": model_file(config.draft, cache)},

@@ -85,6 +85,7 @@ def totals_line(session: ChatSession) -> str:
         parts.append(f"{t['decode_tokens_per_s']:.1f} tok/s")
     if t["acceptance_rate"] is not None:
         parts.append(f"accept {100 * t['acceptance_rate']:.0f}% ({t['accepted']}/{t['drafted']} drafted)")
+    parts.append(session.pair.placement.brief())
     return " · ".join(parts)
 
 
@@ -148,6 +149,7 @@ class TerminalDisplay:
         config = session.pair.config
         models = f"target {config.target.name}" + (f" · draft {config.draft.name}" if config.draft else " · no draft")
         self.console_err.print(Text(f"specrun chat · {models} · {label(session.mode, session.k)} · ctx {session.n_ctx}", style="bold"))
+        self.console_err.print(Text(session.pair.placement.describe(), style="dim"))
         hints = '/help lists commands · """ starts a multi-line message · Ctrl-C stops an answer · Ctrl-D exits'
         if self.show_drafts:
             hints += " · text from accepted drafts is shown in " + DRAFT_STYLE

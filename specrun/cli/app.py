@@ -50,13 +50,17 @@ def _register_optional() -> None:
     """Command groups living in their own modules."""
     from . import bench as bench_command
     from . import chat as chat_command
+    from . import doctor as doctor_command
     from . import models as model_commands
     from . import serve as serve_command
+    from . import worker as worker_command
 
     model_commands.register(app)
     chat_command.register(app)
     bench_command.register(app)
     serve_command.register(app)
+    doctor_command.register(app)
+    worker_command.register(app)
 
 
 def _debug() -> bool:

@@ -35,11 +35,10 @@ from ..bench.runner import (
     run_bench,
 )
 from ..errors import InputError
-from ..runtime.pair import Pair
 from ..terminal import Output, progress_display
 from . import options as opt
 from .options import flag_groups
-from .settings import generation_settings, pair_config, resolve
+from .settings import check_runtime, generation_settings, open_pair, resolve
 
 BENCH = "Benchmark"
 QUICK = {"max_tokens": 32, "runs": 1, "draft_max": 4, "per_category": 1}
@@ -105,6 +104,7 @@ def bench(
     ks = parse_list(draft_max, int, "--draft-max") if draft_max is not None else None
     temperatures = parse_list(temperature or "0", float, "--temperature")
     configurations(modes, ks, temperatures)  # bad values fail before any model is touched
+    check_runtime(runtime)
     settings = BenchSettings(
         runs=runs or (QUICK["runs"] if quick else defaults.BENCH_RUNS),
         warmup=warmup,
@@ -127,8 +127,9 @@ def bench(
     out = Output(quiet=quiet, json_mode=json_file == "-")
     resolved = resolve(models)
     configs = configurations(modes, ks, temperatures, QUICK["draft_max"] if quick else resolved.recommended_k)
-    loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
+    loaded = open_pair(resolved, runtime, out.warn)
     loaded.speculation.fresh = fresh
+    out.note(f"specrun: {loaded.placement.describe()}")
     try:
         engine = PairEngine(loaded, chat=chat)
         env = environment(loaded, load_average_start=load_start)

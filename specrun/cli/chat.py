@@ -14,11 +14,10 @@ from ..chat.repl import Interrupts, run_session
 from ..chat.session import ChatSession
 from ..chat.slash import ALIASES, COMMANDS
 from ..errors import EXIT_USAGE, InputError
-from ..runtime.pair import Pair
 from ..terminal import Output, isatty
 from . import options as opt
 from .options import flag_groups
-from .settings import generation_settings, pair_config, pick_seed, resolve, spec_mode
+from .settings import check_runtime, generation_settings, open_pair, pick_seed, resolve, spec_mode
 
 ShowDrafts = Annotated[
     bool, typer.Option("--show-drafts", help="Colour the text that came from accepted drafts (terminal only).", rich_help_panel=opt.OUTPUT)
@@ -43,6 +42,7 @@ def chat(
 ) -> None:
     """Chat with a model: live speed and acceptance on a terminal; one turn per line from a pipe."""
     out = Output(quiet=quiet)
+    check_runtime(runtime)
     resolved = resolve(models)
     terminal = not jsonl and isatty(sys.stdin)
     settings = generation_settings(
@@ -52,7 +52,7 @@ def chat(
     seed = pick_seed(sampling.seed)
     if terminal and not quiet:
         out.warn("loading models…")
-    loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
+    loaded = open_pair(resolved, runtime, out.warn)
     try:
         if loaded.target_model.chat_template() is None:
             raise InputError(f"{resolved.target.name} has no chat template in its metadata", "chat needs one; `specrun run --raw` feeds text as is")

@@ -87,11 +87,31 @@ NgramMax = Annotated[
 CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", min=16, help="Context size in tokens (prompt + answer).", rich_help_panel=RUNTIME)]
 Threads = Annotated[int, typer.Option("--threads", "-t", min=0, help="CPU threads (0: all cores).", rich_help_panel=RUNTIME)]
 GpuLayers = Annotated[
-    Optional[int], typer.Option("--gpu-layers", "-ngl", min=0, help="Target layers on the GPU (default: all when the build can offload, else 0).", rich_help_panel=RUNTIME)
+    str,
+    typer.Option("--gpu-layers", "-ngl", metavar="N|auto|all", help="Target layers on the offload devices (GPUs, RPC workers): a number, all, or auto: as many as fit in their free memory beside the draft and both KV caches, the rest on the CPU.", rich_help_panel=RUNTIME),
 ]
 DraftGpuLayers = Annotated[
-    Optional[int], typer.Option("--draft-gpu-layers", "-ngld", min=0, help="Draft layers on the GPU (default: as --gpu-layers).", rich_help_panel=RUNTIME)
+    str,
+    typer.Option("--draft-gpu-layers", "-ngld", metavar="N|auto|all", help="Draft layers on the offload devices: a number, all, or auto: the whole draft on one local GPU it fits on, else the CPU.", rich_help_panel=RUNTIME),
 ]
+Device = Annotated[
+    Optional[str],
+    typer.Option("--device", "-dev", metavar="NAME[,NAME…]", help="Devices the target may use, by llama.cpp's names (CUDA0, Vulkan1, RPC0 or RPC[host:port]; `specrun doctor` lists them); cpu: none. Default: every RPC worker and GPU.", rich_help_panel=RUNTIME),
+]
+DraftDevice = Annotated[
+    Optional[str],
+    typer.Option("--draft-device", "-devd", "--device-draft", metavar="NAME[,NAME…]", help="Devices the draft may use (cpu: the CPU). Default: a local GPU it fits on whole, else the CPU; never an RPC worker unless named here.", rich_help_panel=RUNTIME),
+]
+TensorSplit = Annotated[
+    Optional[str],
+    typer.Option("--tensor-split", "-ts", metavar="N0,N1,…", help="The target's share of each device, as proportions (e.g. 3,1), in the order of its devices: RPC workers, then GPUs, then the CPU when only RPC workers offload. Default: by free memory.", rich_help_panel=RUNTIME),
+]
+Rpc = Annotated[
+    Optional[str],
+    typer.Option("--rpc", metavar="HOST:PORT[,…]", help="RPC workers (`specrun worker`) whose devices take a share of the target's layers. llama.cpp's RPC has no authentication or encryption: use it only between trusted machines.", rich_help_panel=RUNTIME),
+]
+Mlock = Annotated[bool, typer.Option("--mlock", help="Lock both models' weights in RAM, so they are never swapped out.", rich_help_panel=RUNTIME)]
+NoMmap = Annotated[bool, typer.Option("--no-mmap", help="Read the weights into memory instead of mapping the model files.", rich_help_panel=RUNTIME)]
 Chat = Annotated[
     bool, typer.Option("--chat/--raw", help="Format the prompt with the target's chat template (default) or feed it as is.", rich_help_panel=SAMPLING)
 ]
@@ -154,12 +174,18 @@ class SpeculationFlags:
 
 @dataclasses.dataclass(frozen=True)
 class RuntimeFlags:
-    """Where and how the models run: context, threads, layers on the GPU."""
+    """Where and how the models run: context, threads, devices and layers on them, RPC workers, memory."""
 
     ctx_size: CtxSize = defaults.CTX_SIZE
     threads: Threads = 0
-    gpu_layers: GpuLayers = None
-    draft_gpu_layers: DraftGpuLayers = None
+    gpu_layers: GpuLayers = "auto"
+    draft_gpu_layers: DraftGpuLayers = "auto"
+    device: Device = None
+    draft_device: DraftDevice = None
+    tensor_split: TensorSplit = None
+    rpc: Rpc = None
+    mlock: Mlock = False
+    no_mmap: NoMmap = False
 
 
 def _is_group(annotation: object) -> bool:

@@ -14,10 +14,11 @@ from ..engine.stats import Stats
 from ..errors import InputError
 from ..runtime.pair import Pair
 from ..terminal import Output, mode_label, status_line, summary_parts
+from . import fatal
 from . import options as opt
 from .options import flag_groups
 from .prompt_input import read_prompt
-from .settings import generation_settings, pair_config, pick_seed, resolve, spec_mode
+from .settings import check_runtime, generation_settings, open_pair, pick_seed, resolve, spec_mode
 
 
 @flag_groups
@@ -35,6 +36,7 @@ def run(
 ) -> None:
     """Generate text for one prompt: text to stdout, statistics to stderr (or one JSON document)."""
     out = Output(quiet=quiet, json_mode=json_output)
+    check_runtime(runtime)
     text = read_prompt(prompt)
     resolved = resolve(models)
     seed = pick_seed(sampling.seed)
@@ -44,7 +46,9 @@ def run(
         draft_max=defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k), seed=seed,
         stop=sampling.stop, ignore_eos=sampling.ignore_eos,
     )
-    loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
+    loaded = open_pair(resolved, runtime, out.warn)
+    if out.live:
+        out.note(f"specrun: {loaded.placement.describe()}")
     try:
         tokens = loaded.prompt_tokens(text, chat=chat, system=system)
         if len(tokens) >= loaded.target_ctx.n_ctx:
@@ -62,16 +66,25 @@ def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out:
     loop = loaded.loop(settings, mode=mode)
     pieces: list[str] = []
     started = time.perf_counter()
-    try:
-        for step in loop.run(tokens):
-            pieces.append(step.text)
-            out.text(step.text)
-            out.status(status_line(loop.stats, time.perf_counter() - started, loop.policy.label()))
-    except KeyboardInterrupt:
-        # Text of a step interrupted before it was yielded, then whatever was held back.
+
+    def flush_tail() -> None:
+        """Text of a step interrupted before it was yielded, then whatever was held back."""
         tail = loop.text.text[len("".join(pieces)) :] + loop.flush_text()
         pieces.append(tail)
         out.text(tail)
+
+    def flush_before_exit() -> None:
+        flush_tail()
+        out.end_text()
+
+    try:
+        with fatal.flushing(flush_before_exit):
+            for step in loop.run(tokens):
+                pieces.append(step.text)
+                out.text(step.text)
+                out.status(status_line(loop.stats, time.perf_counter() - started, loop.policy.label()))
+    except KeyboardInterrupt:
+        flush_tail()
         loop.stats.stop_reason = "interrupted"
         _finish(loaded, loop.stats, settings, out, "".join(pieces), mode, loop.policy.label(), seed)
         raise
@@ -86,7 +99,7 @@ def _finish(loaded: Pair, stats: Stats, settings: GenerationSettings, out: Outpu
         out.document(result_document(loaded, stats, settings, text, seed, mode))
     else:
         timing = [f"draft {stats.draft_time:.2f} s / verify {stats.verify_time:.2f} s"] if stats.drafted else []
-        out.summary(" · ".join([*summary_parts(stats), *timing, mode_label(stats, mode, label)]))
+        out.summary(" · ".join([*summary_parts(stats), *timing, mode_label(stats, mode, label), loaded.placement.brief()]))
 
 
 def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, text: str, seed: int, mode: str) -> dict:
@@ -99,6 +112,7 @@ def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, te
             "target": str(Path(config.target).resolve()),
             "draft": str(Path(config.draft).resolve()) if config.draft else None,
         },
+        "placement": loaded.placement.to_dict(),
         "settings": {
             "mode": mode,
             "max_tokens": settings.max_tokens,

@@ -4,16 +4,18 @@ the generation settings, the pair's configuration."""
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .. import defaults
 from ..engine.loop import GenerationSettings
+from ..engine.rpc import parse_endpoints
 from ..engine.sampling import SamplingParams
 from ..errors import InputError
 from ..models.fetch import Resolved, is_none, resolve_models
 from ..models.registry import load_registry
-from ..runtime.pair import PairConfig
+from ..runtime.pair import Pair, PairConfig
 from ..terminal import progress_display
+from . import fatal
 from .options import FilterFlags, ModelFlags, RuntimeFlags, TuningFlags
 
 
@@ -62,6 +64,63 @@ def check_ngram_range(ngram_min: int, ngram_max: int) -> None:
         raise InputError(f"--ngram-min {ngram_min} is above --ngram-max {ngram_max}", "give --ngram-min at most --ngram-max")
 
 
+def open_pair(models: Resolved, runtime: RuntimeFlags, warn: Callable[[str], None]) -> Pair:
+    """Load the pair the flags describe; from here on llama.cpp's fatal errors are one line (cli.fatal)."""
+    fatal.install()
+    return Pair(pair_config(models, runtime), warn=warn)
+
+
 def pair_config(models: Resolved, runtime: RuntimeFlags) -> PairConfig:
-    return PairConfig(models.target, models.draft, ctx_size=runtime.ctx_size, threads=runtime.threads,
-                      gpu_layers=runtime.gpu_layers, draft_gpu_layers=runtime.draft_gpu_layers)
+    return PairConfig(
+        models.target, models.draft, ctx_size=runtime.ctx_size, threads=runtime.threads,
+        gpu_layers=layers(runtime.gpu_layers, "--gpu-layers"), draft_gpu_layers=layers(runtime.draft_gpu_layers, "--draft-gpu-layers"),
+        devices=names(runtime.device, "--device"), draft_devices=names(runtime.draft_device, "--draft-device"),
+        tensor_split=tensor_split(runtime.tensor_split), rpc=endpoints(runtime.rpc), mmap=not runtime.no_mmap, mlock=runtime.mlock,
+    )
+
+
+def check_runtime(runtime: RuntimeFlags) -> None:
+    """Every runtime flag that can be checked without models or devices, so bad values fail first."""
+    layers(runtime.gpu_layers, "--gpu-layers")
+    layers(runtime.draft_gpu_layers, "--draft-gpu-layers")
+    names(runtime.device, "--device")
+    names(runtime.draft_device, "--draft-device")
+    tensor_split(runtime.tensor_split)
+    endpoints(runtime.rpc)
+
+
+def layers(value: str, flag: str) -> int | None:
+    """'auto' → None (fit into free memory), 'all' → -1 (llama.cpp: every layer), else a count."""
+    text = value.strip().lower()
+    if text == "auto":
+        return None
+    if text == "all":
+        return -1
+    if text.isdigit():
+        return int(text)
+    raise InputError(f"{flag}: {value!r} is not a number, auto or all", f"e.g. {flag} auto")
+
+
+def names(value: str | None, flag: str) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    items = tuple(item.strip() for item in value.split(","))
+    if not all(items):
+        raise InputError(f"{flag} needs device names, got {value!r}", f"e.g. {flag} CUDA0, or {flag} cpu (`specrun doctor` lists the devices)")
+    return items
+
+
+def tensor_split(value: str | None) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    try:
+        split = tuple(float(item) for item in value.replace("/", ",").split(","))
+    except ValueError:
+        raise InputError(f"--tensor-split: {value!r} is not a list of numbers", "e.g. --tensor-split 3,1") from None
+    if any(s < 0 for s in split) or sum(split) <= 0:
+        raise InputError(f"--tensor-split: {value!r} needs proportions of 0 or more, not all 0", "e.g. --tensor-split 3,1")
+    return split
+
+
+def endpoints(value: str | None) -> tuple[str, ...]:
+    return tuple(str(e) for e in parse_endpoints(value)) if value is not None else ()

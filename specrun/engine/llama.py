@@ -48,6 +48,11 @@ def init_backend() -> None:
     _BACKEND_READY = True
 
 
+def version() -> str:
+    """llama-cpp-python's version (it pins the llama.cpp it builds)."""
+    return str(_llama().__version__)
+
+
 def system_info() -> str:
     """llama.cpp's build description (CPU features, backends)."""
     return _llama().llama_print_system_info().decode("utf-8", "replace")
@@ -149,10 +154,28 @@ def _meta(model, key: str) -> str | None:
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """How a model is placed: GPU layers, and whether llama.cpp may use extra (repacked/AMX) buffers."""
+    """How a model is placed and read.
+
+    gpu_layers: llama.cpp's n_gpu_layers (the output layer counts as one; negative: all).
+    devices: ggml device handles to offload to, in order (None: llama.cpp's default choice; empty:
+    none, everything on the CPU). tensor_split: one proportion per device. use_extra_bufts: whether
+    llama.cpp may use extra (repacked/AMX) buffers. mmap: map the file instead of reading it into
+    memory; mlock: lock the weights in RAM.
+    """
 
     gpu_layers: int = 0
     use_extra_bufts: bool = True
+    devices: tuple[int, ...] | None = None
+    tensor_split: tuple[float, ...] | None = None
+    mmap: bool = True
+    mlock: bool = False
+
+    def load_mode(self) -> int:
+        """llama.cpp's load mode for mmap/mlock; mapping stays llama.cpp's automatic choice by default."""
+        lib = _llama()
+        if self.mmap:
+            return lib.LLAMA_LOAD_MODE_MMAP_MLOCK if self.mlock else lib.LLAMA_LOAD_MODE_AUTO
+        return lib.LLAMA_LOAD_MODE_MLOCK if self.mlock else lib.LLAMA_LOAD_MODE_NONE
 
 
 class Model:
@@ -165,6 +188,13 @@ class Model:
         params = lib.llama_model_default_params()
         params.n_gpu_layers = options.gpu_layers
         params.use_extra_bufts = options.use_extra_bufts
+        params.load_mode = options.load_mode()
+        if options.devices is not None:  # NULL-terminated; C reads it while loading, so it is kept here
+            self._devices = (ctypes.c_void_p * (len(options.devices) + 1))(*options.devices, None)
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        if options.tensor_split:
+            self._split = (ctypes.c_float * max(lib.llama_max_devices(), len(options.tensor_split)))(*options.tensor_split)
+            params.tensor_split = ctypes.cast(self._split, ctypes.POINTER(ctypes.c_float))
         self._params = params
         self.ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if not self.ptr:

@@ -40,12 +40,14 @@ class Truncated(ValueError):
 
 @dataclass
 class GGUFHeader:
-    """What the header says: scalar metadata, array lengths, and the size the file must have."""
+    """What the header says: scalar metadata, array lengths, each tensor's size in bytes, and the
+    size the file must have."""
 
     version: int
     n_tensors: int
     metadata: dict[str, object] = field(default_factory=dict)
     array_lengths: dict[str, int] = field(default_factory=dict)
+    tensor_bytes: dict[str, int] = field(default_factory=dict)
     data_end: int = 0
 
 
@@ -122,10 +124,11 @@ def _parse(buf, size: int) -> GGUFHeader:
             header.metadata[key] = cur.value(kind)
     ends = []
     for _ in range(n_tensors):
-        cur.string(keep=False)
+        name = cur.string()
         dims = [cur.take("<Q") for _ in range(cur.take("<I"))]
         kind, offset = cur.take("<I"), cur.take("<Q")
-        ends.append(offset + _nbytes(kind, dims))
+        header.tensor_bytes[name] = _nbytes(kind, dims)
+        ends.append(offset + header.tensor_bytes[name])
     align = int(header.metadata.get("general.alignment", 32) or 32)
     data_start = (cur.pos + align - 1) // align * align
     header.data_end = data_start + max(ends, default=0)

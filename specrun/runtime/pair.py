@@ -13,47 +13,70 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from .. import defaults
+from ..engine import devices as engine_devices
 from ..engine import llama as engine_llama
+from ..engine import rpc as engine_rpc
 from ..engine.drafting.model import VocabBridge
 from ..engine.llama import Context, LoadOptions, Model
 from ..engine.loop import GenerationSettings, SpeculativeLoop, Step
 from ..engine.sampling import make_rng
 from ..models.compat import require_compatible
 from ..models.modelfile import check_gguf_file
+from ..models.sizes import model_size
+from .placement import DeviceSpace, ModelPlacement, Placement, Request, plan
 from .speculation import Speculation
 
 
 @dataclass(frozen=True)
 class PairConfig:
-    """Where the models are and how they run; identical settings for every configuration compared."""
+    """Where the models are and how they run; identical settings for every configuration compared.
+
+    Layers: None fits them into free device memory (runtime.placement), a negative number puts all
+    of them on the devices. devices / draft_devices: llama.cpp device names the models may use
+    (None: the default choice; ("cpu",): none). rpc: HOST:PORT of RPC workers whose devices join in.
+    """
 
     target: Path
     draft: Path | None = None
     ctx_size: int = defaults.CTX_SIZE
     threads: int = 0  # 0: defaults.threads()
-    gpu_layers: int | None = None  # None: all layers when the build can offload, else 0
+    gpu_layers: int | None = None
     draft_gpu_layers: int | None = None
     n_batch: int = defaults.N_BATCH
+    devices: tuple[str, ...] | None = None
+    draft_devices: tuple[str, ...] | None = None
+    tensor_split: tuple[float, ...] | None = None
+    rpc: tuple[str, ...] = ()
+    mmap: bool = True
+    mlock: bool = False
 
 
 _AMX_WARNED = False
 
 
-def load_options(gpu_layers: int | None, warn: Callable[[str], None]) -> LoadOptions:
-    """GPU layers default to all when offload exists; extra buffers are turned off on AMX builds."""
+def extra_buffers_allowed(warn: Callable[[str], None]) -> bool:
+    """llama.cpp's extra buffer types are turned off on AMX builds (their matmul path crashes on some CPUs)."""
     global _AMX_WARNED
     engine_llama.init_backend()
-    if gpu_layers is None:
-        gpu_layers = 999 if engine_llama.supports_gpu_offload() else 0
     amx = engine_llama.has_amx()
     if amx and not _AMX_WARNED:
         warn(engine_llama.AMX_WARNING)
         _AMX_WARNED = True
-    return LoadOptions(gpu_layers=gpu_layers, use_extra_bufts=not amx)
+    return not amx
+
+
+def device_spaces(endpoints: Sequence[str]) -> tuple[list[DeviceSpace], dict[str, int]]:
+    """This process's devices as placement sees them (RPC devices only of `endpoints`), and their handles by name."""
+    spaces, handles = [], {}
+    for device in engine_devices.devices(endpoints):
+        kind = "remote" if device.remote else device.kind
+        spaces.append(DeviceSpace(device.name, device.free, device.total, kind, device.endpoint))
+        handles[device.name] = device.handle
+    return spaces, handles
 
 
 class Pair:
-    """Target and draft models with one context each."""
+    """Target and draft models with one context each, placed on devices (`placement`)."""
 
     def __init__(self, config: PairConfig, warn: Callable[[str], None] | None = None, *, contexts: bool = True):
         """`contexts=False` loads the models only (a server makes its own multi-sequence contexts)."""
@@ -66,19 +89,30 @@ class Pair:
         threads = config.threads or defaults.threads()
         self.threads = threads
         self.warn = warn
-        target_options = load_options(config.gpu_layers, warn)
-        self.gpu_layers = target_options.gpu_layers
-        self.draft_gpu_layers = 0
-        self.target_model = Model(config.target, target_options)
+        workers = [engine_rpc.parse_endpoint(e) for e in config.rpc]
+        engine_rpc.connect(workers)  # unreachable, busy or of another protocol: one line, before any weight is read
+        spaces, handles = device_spaces([str(w) for w in workers])
+        request = Request(config.ctx_size, config.gpu_layers, config.draft_gpu_layers, config.devices, config.draft_devices,
+                          config.tensor_split)
+        self.placement: Placement = plan(model_size(config.target), model_size(config.draft) if config.draft else None, spaces, request)
+        for warning in self.placement.warnings:
+            warn(f"specrun: warning: {warning}")
+        extra = extra_buffers_allowed(warn)
+
+        def options(placed: ModelPlacement) -> LoadOptions:
+            return LoadOptions(gpu_layers=placed.gpu_layers, use_extra_bufts=extra, devices=tuple(handles[n] for n in placed.offload),
+                               tensor_split=placed.tensor_split, mmap=config.mmap, mlock=config.mlock)
+
+        self.gpu_layers = self.placement.target.gpu_layers
+        self.draft_gpu_layers = self.placement.draft.gpu_layers if self.placement.draft else 0
+        self.target_model = Model(config.target, options(self.placement.target))
         self.target_ctx = Context(self.target_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch) if contexts else None
         self.draft_model = self.draft_ctx = self.bridge = None
         if config.draft is not None:
-            draft_layers = config.draft_gpu_layers if config.draft_gpu_layers is not None else config.gpu_layers
-            draft_options = load_options(draft_layers, warn)
-            self.draft_gpu_layers = draft_options.gpu_layers
-            self.draft_model = Model(config.draft, draft_options)
+            self.draft_model = Model(config.draft, options(self.placement.draft))
             self.draft_ctx = Context(self.draft_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch) if contexts else None
             self.bridge = VocabBridge(self.target_model, self.draft_model)
+        engine_rpc.harden_connections(workers)
         self.speculation = Speculation(self)
 
     @property

@@ -124,7 +124,7 @@ class Speculation:
             config = pair.config
             self.cost_key = cost_cache.cache_key(
                 Path(config.target), Path(config.draft) if config.draft else None, threads=pair.threads,
-                gpu_layers=pair.gpu_layers, draft_gpu_layers=pair.draft_gpu_layers, build=engine_llama.system_info(),
+                gpu_layers=pair.gpu_layers, draft_gpu_layers=pair.draft_gpu_layers, build=engine_llama.system_info() + pair.placement.key(),
             )
             self.costs = None if measure else cost_cache.load(self.cost_key, pair.threads)
             if self.costs is None:

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import ENV, specrun
+from cli_helpers import env as cli_env
+from cli_helpers import specrun
 
 from specrun.bench import break_even
 from specrun.bench.costmodel import Costs, expected_tokens_per_step
@@ -97,7 +98,7 @@ def test_doctor_without_the_default_pair_reports_the_rest(tmp_path):
 
 def test_doctor_exits_1_when_llama_cpp_cannot_load():
     code = "import sys; sys.modules['llama_cpp'] = None; from specrun.cli.app import main; main(['doctor', '--json'])"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=60)
     assert result.returncode == 1, result.stderr
     assert "llama.cpp cannot load" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 

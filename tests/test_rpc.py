@@ -12,7 +12,8 @@ import sys
 import time
 
 import pytest
-from cli_helpers import ENV, popen, specrun
+from cli_helpers import env as cli_env
+from cli_helpers import popen, specrun
 from rpc_helpers import FakeWorker, free_port, start_worker
 from test_cli_run import F_SETPIPE_SZ, _unread, one_line_error
 
@@ -147,7 +148,7 @@ def test_a_worker_killed_mid_generation_ends_the_run_with_one_line_and_the_text_
     assert len(lines) == 1 and "lost the RPC worker" in lines[0] and doomed.endpoint in lines[0], lines
     assert len(out) > size - 64
     # The worker computed with one thread, as this run does: llama.cpp's sums depend on the thread count.
-    local = subprocess.run([sys.executable, "-m", "specrun", "run", "hi", *long_run, "-n", "4000"], capture_output=True, timeout=300, env=ENV)
+    local = subprocess.run([sys.executable, "-m", "specrun", "run", "hi", *long_run, "-n", "4000"], capture_output=True, timeout=300, env=cli_env())
     assert local.returncode == 0 and len(local.stdout) > len(out)
     assert local.stdout.startswith(out)  # exactly the text generated before the worker died
 

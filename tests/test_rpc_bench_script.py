@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cli_helpers import ENV
+from cli_helpers import env as cli_env
 from netns_helpers import why_no_namespaces
 
 from specrun.engine.rpc import parse_endpoint
@@ -43,7 +43,7 @@ def namespaces() -> set[str]:
 
 def test_rpc_bench_script_runs_over_a_delayed_link_and_cleans_up(tiny_target, tiny_draft, tmp_path):
     before = namespaces()
-    env = {**ENV, "SPECRUN_PYTHON": sys.executable, "SPECRUN_RPC_OUT": str(tmp_path), "SPECRUN_RPC_RUNS": "link loopback",
+    env = {**cli_env(), "SPECRUN_PYTHON": sys.executable, "SPECRUN_RPC_OUT": str(tmp_path), "SPECRUN_RPC_RUNS": "link loopback",
            "SPECRUN_RPC_THREADS": "1"}
     result = subprocess.run(
         ["bash", str(SCRIPT), "--target", str(tiny_target), "--draft", str(tiny_draft), "--quick", "--category", "code-generation",
@@ -69,7 +69,7 @@ def test_rpc_bench_script_runs_over_a_delayed_link_and_cleans_up(tiny_target, ti
 @pytest.mark.skipif(REASON is None and not _has_netem(), reason="the kernel has no netem qdisc (CONFIG_NET_SCH_NETEM); "
                     "the script falls back to a userspace delay proxy, tested above")
 def test_rpc_bench_script_uses_netem_where_the_kernel_has_it(tiny_target, tmp_path):
-    env = {**ENV, "SPECRUN_PYTHON": sys.executable, "SPECRUN_RPC_OUT": str(tmp_path), "SPECRUN_RPC_RUNS": "link", "SPECRUN_RPC_THREADS": "1"}
+    env = {**cli_env(), "SPECRUN_PYTHON": sys.executable, "SPECRUN_RPC_OUT": str(tmp_path), "SPECRUN_RPC_RUNS": "link", "SPECRUN_RPC_THREADS": "1"}
     result = subprocess.run(["bash", str(SCRIPT), "--target", str(tiny_target), "--draft", "none", "--quick", "--category",
                              "code-generation", "--max-tokens", "4", "--warmup", "0", "--spec", "off", "-c", "1024", "--quiet"],
                             capture_output=True, text=True, env=env, timeout=900)

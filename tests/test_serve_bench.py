@@ -10,7 +10,13 @@ import pytest
 from cli_helpers import specrun
 
 from specrun.bench.prompts import BenchPrompt
-from specrun.bench.serve_load import Outcome, mark_identical, summary, warnings, workload
+from specrun.bench.serve_load import (
+    Outcome,
+    mark_identical,
+    summary,
+    warnings,
+    workload,
+)
 
 PROMPTS = [BenchPrompt("a/1", "a", "first"), BenchPrompt("b/1", "b", "second", system="be brief")]
 

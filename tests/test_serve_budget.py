@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from specrun.serve.budget import LOOKUP, MODEL, Candidate, Costs, Option, allocate, fixed, model_can_pay
+from specrun.serve.budget import (
+    LOOKUP,
+    MODEL,
+    Candidate,
+    Costs,
+    Option,
+    allocate,
+    fixed,
+    model_can_pay,
+)
 
 
 def linear(per_token: float = 0.01):

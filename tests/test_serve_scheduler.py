@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from specrun.serve.scheduler import DEFAULT_ANSWER_TOKENS, LengthEstimates, Scheduler, predicted_seconds
+from specrun.serve.scheduler import (
+    DEFAULT_ANSWER_TOKENS,
+    LengthEstimates,
+    Scheduler,
+    predicted_seconds,
+)
 
 
 def queue(schedule: str, items: list[tuple[str, float]], aging: float = 0.5) -> Scheduler:

@@ -156,6 +156,21 @@ def test_a_calibration_under_load_is_used_once_and_the_next_run_measures_again(t
         idle.close()
 
 
+def test_offloaded_passes_record_no_cpu_share(monkeypatch, tiny_target, tiny_draft):
+    """With layers on a GPU or an RPC worker this process mostly waits: its low CPU share is no sign
+    of competition and must not keep the costs out of the cache."""
+    monkeypatch.setattr(costs_module, "Meter", BusyMeter)
+    pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=lambda line: None)
+    try:
+        tokens = pair.prompt_tokens("offloaded", chat=False)
+        local = costs_module.measure(pair.target_ctx, pair.draft_ctx, tokens, (1, 2), reps=1)
+        offloaded = costs_module.measure(pair.target_ctx, pair.draft_ctx, tokens, (1, 2), reps=1, offloaded=True)
+    finally:
+        pair.close()
+    assert local.conditions.cpu_share == 0.4 and any("CPU" in r for r in judge(local))
+    assert offloaded.conditions.cpu_share is None and not any("CPU" in r for r in judge(offloaded))
+
+
 def test_cached_costs_that_steps_prove_far_too_high_are_corrected_then_dropped(tmp_path, monkeypatch, tiny_target, tiny_draft):
     """The poisoning seen in the field: a cache holding 3.1 s per target pass and 2.65 s per draft
     token, measured on a busy machine but passing every check. The run's own steps time in
@@ -164,8 +179,7 @@ def test_cached_costs_that_steps_prove_far_too_high_are_corrected_then_dropped(t
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
     try:
-        key = cost_cache.cache_key(tiny_target, tiny_draft, threads=1, gpu_layers=pair.gpu_layers,
-                                   draft_gpu_layers=pair.draft_gpu_layers, build=pair_build())
+        key = pair.speculation.costs_key()
         poisoned = costs_of({1: 3.1, 2: 4.6, 5: 9.3, 16: 15.5, 32: 26.4}, 2.65)
         assert cost_cache.store(key, poisoned, 1) == []
         assert pair.speculation.decode_costs() == poisoned  # read back: nothing in it looks wrong
@@ -179,10 +193,6 @@ def test_cached_costs_that_steps_prove_far_too_high_are_corrected_then_dropped(t
         pair.close()
 
 
-def pair_build() -> str:
-    from specrun.engine import llama
-
-    return llama.system_info()
 
 
 def test_the_controller_rescales_seeded_costs_only_on_consistent_disagreement():

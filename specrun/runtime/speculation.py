@@ -116,22 +116,28 @@ class Speculation:
         self.costs = None
         return self.decode_costs(measure=True)
 
+    def costs_key(self) -> str:
+        """The cost cache's key for this pair: models, threads, offload, build and placement."""
+        pair = self.pair
+        config = pair.config
+        return cost_cache.cache_key(
+            Path(config.target), Path(config.draft) if config.draft else None, threads=pair.threads,
+            gpu_layers=pair.gpu_layers, draft_gpu_layers=pair.draft_gpu_layers, build=engine_llama.system_info() + pair.placement.key(),
+        )
+
     def decode_costs(self, *, measure: bool = False) -> DecodeCosts:
         """The pair's decode costs: from specrun's cache, else measured now (a few seconds, once).
         Costs measured in bad conditions are used for this run only, and said so."""
         if self.costs is None:
             pair = self.pair
-            config = pair.config
-            self.cost_key = cost_cache.cache_key(
-                Path(config.target), Path(config.draft) if config.draft else None, threads=pair.threads,
-                gpu_layers=pair.gpu_layers, draft_gpu_layers=pair.draft_gpu_layers, build=engine_llama.system_info() + pair.placement.key(),
-            )
+            self.cost_key = self.costs_key()
             self.costs = None if measure else cost_cache.load(self.cost_key, pair.threads)
             if self.costs is None:
                 pair.warn("specrun: measuring decode costs for these models and settings (a few seconds; kept for next time)")
                 text = "The quick brown fox jumps over the lazy dog. " * 8
                 tokens = pair.target_model.tokenize(text, add_special=True, parse_special=False)[:48]
-                self.costs = measure_costs(pair.target_ctx, pair.draft_ctx, tokens, threads=pair.threads)
+                self.costs = measure_costs(pair.target_ctx, pair.draft_ctx, tokens, threads=pair.threads,
+                                           offloaded=bool(pair.gpu_layers or pair.draft_gpu_layers))
                 rejected = cost_cache.store(self.cost_key, self.costs, pair.threads)
                 if rejected:
                     pair.warn(f"specrun: these costs are used for this run only and not kept: {'; '.join(rejected)}")

@@ -160,9 +160,10 @@ def time_batches(ctx: Context, tokens: Sequence[int], sizes: Sequence[int], reps
 
 
 def measure(target: Context, draft: Context | None, tokens: Sequence[int], sizes: Sequence[int] = CALIBRATION_SIZES,
-            reps: int = CALIBRATION_REPS, threads: int = 1) -> DecodeCosts:
+            reps: int = CALIBRATION_REPS, threads: int = 1, offloaded: bool = False) -> DecodeCosts:
     """Time the target by batch size and the draft per token; both caches are emptied afterwards.
-    The result records the conditions (see `judge`)."""
+    The result records the conditions (see `judge`). With layers `offloaded` to a GPU or an RPC
+    worker the work happens elsewhere, so this process's CPU share says nothing and is not recorded."""
     sizes = [s for s in sizes if len(tokens) + s <= target.n_ctx]
     meter = Meter(threads)
     load = _load_average()
@@ -175,7 +176,7 @@ def measure(target: Context, draft: Context | None, tokens: Sequence[int], sizes
         if draft is not None:
             draft.trim(0)
     conditions = Conditions(
-        cpu_share=None if meter.cpu_share is None else round(meter.cpu_share, 3), major_faults=meter.faults,
+        cpu_share=None if meter.cpu_share is None or offloaded else round(meter.cpu_share, 3), major_faults=meter.faults,
         load_average=load, reps=reps, measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     prefill = draft_times[PREFILL_BATCH] / PREFILL_BATCH if PREFILL_BATCH in draft_times else None

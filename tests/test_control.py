@@ -9,7 +9,7 @@ import pytest
 from sim_control import GPU, SCENARIOS, Costs, compare
 
 from specrun.engine.auto.control import Choice, Controller, expected_tokens
-from specrun.engine.auto.estimates import CostCurve, DrafterEstimates, PositionRates
+from specrun.engine.auto.estimates import AnchoredCurve, CostCurve, DrafterEstimates, PositionRates
 
 CPU = Costs(noise=0.0)
 FLAT = Costs(plain=0.020, verify_points={1: 1.0}, verify_slope=0.02, noise=0.0)
@@ -481,6 +481,32 @@ def test_a_lookup_draft_is_taken_when_it_promises_more_than_plain_decoding():
 
 # Measured on a 2-core CPU: 16-token passes are cheaper than 15-token ones (kernels work in tiles).
 TILED = {1: 0.039, 2: 0.064, 4: 0.103, 8: 0.231, 9: 0.247, 15: 0.338, 16: 0.285, 17: 0.320, 31: 0.523, 32: 0.463}
+
+
+CALIBRATED = {1: 0.030, 2: 0.056, 5: 0.120, 16: 0.26}
+
+
+def test_a_machine_slower_than_at_calibration_raises_every_size_not_only_the_one_stepped():
+    """Plain steps (size 1) running 27% slower than calibrated mean a 2-token verify costs 27% more
+    too: keeping its calibrated price would make drafting look cheaper than it is."""
+    controller = Controller(["ngram"], k_max=8)
+    controller.seed(CALIBRATED)
+    for _ in range(30):
+        controller.observe_step(None, 0, 0, 0, 0.0, 0.038, 1)
+    assert controller.verify(1) == pytest.approx(0.038, rel=0.02)
+    assert controller.verify(2) == pytest.approx(0.056 * 0.038 / 0.030, rel=0.03)
+    assert controller.verify(10) == pytest.approx(CostCurve.of(CALIBRATED)(10) * 0.038 / 0.030, rel=0.03)
+
+
+def test_a_size_that_keeps_its_own_deviation_is_learned_beside_the_level():
+    curve = AnchoredCurve(CALIBRATED)
+    for _ in range(40):
+        curve.add(1, 0.030)
+        curve.add(2, 0.045)  # cheaper than calibrated, step after step
+    assert curve(1) == pytest.approx(0.030, rel=0.05)
+    assert curve(2) == pytest.approx(0.045, rel=0.05)
+    assert curve(16) == pytest.approx(0.26, rel=0.15)  # the level stays near the calibration's
+    assert curve.cheapest(3, 5)[0] == 3 and set(curve.points()) == set(CALIBRATED)
 
 
 def test_cost_curve_finds_a_larger_size_that_costs_less():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .drift import CostDrift
-from .estimates import CostCurve, DrafterEstimates
+from .estimates import AnchoredCurve, CostCurve, DrafterEstimates
 
 
 def expected_tokens(acceptance: Sequence[float], k: int) -> float:
@@ -122,8 +122,7 @@ class Controller:
         """Start from measured costs: target pass seconds by batch size, and seconds per drafted token
         of model drafters. Decisions can then weigh each option from the first step, and a drafter
         that cannot win even at full acceptance is never warmed up."""
-        for size, seconds in sorted(verify_s.items()):
-            self.verify.add(size, seconds)
+        self.verify = AnchoredCurve(verify_s, decay=self.cost_decay) if verify_s else CostCurve(decay=self.cost_decay)
         self._seeded_draft = dict(draft_token_s or {})
         for name, per_token in self._seeded_draft.items():
             self._seed_draft_cost(name, per_token)
@@ -143,9 +142,7 @@ class Controller:
         """The seeded costs proved off by `factor`: every seeded cost is scaled by it (draft costs
         too, where that drafter has not been timed yet), and the steps that proved it count as
         measurements. The hopeless verdicts are taken again from the corrected costs."""
-        verify = CostCurve(decay=self.cost_decay)
-        for size, seconds in self.drift.curve.points().items():
-            verify.add(size, seconds)
+        verify = AnchoredCurve(self.drift.curve.points(), decay=self.cost_decay)
         for size, seconds in self.drift.observations():
             verify.add(size, seconds)
         self.verify = verify

@@ -153,6 +153,59 @@ class CostCurve:
         return dict(sorted(self.mean.items()))
 
 
+class AnchoredCurve(CostCurve):
+    """A calibrated curve whose shape is kept while live steps set its level.
+
+    Live steps are mostly of one size (plain decoding's single token), so a curve that learned each
+    size apart would follow the machine at that size only: when the machine runs slower than at
+    calibration (another load, weights read back from disk, a longer context) a single token would
+    cost its new price while larger batches kept the old one, and drafting would look cheaper than
+    it is. Here every step moves one level (the recent ratio of timed to calibrated seconds, over
+    all sizes), and each size keeps its own deviation from that level, learned only from steps of
+    that size. The calibration counts as one observation of each size it measured.
+    """
+
+    def __init__(self, shape: dict[int, float], *, decay: float = 0.9):
+        super().__init__(decay=decay)
+        self.shape = CostCurve.of(shape)
+        self.level = 1.0
+        self.observed = 1
+        self.deviation = {size: 1.0 for size in shape}
+        self.count = {size: 1 for size in shape}
+        self._sizes = sorted(shape)
+
+    def add(self, size: int, seconds: float) -> None:
+        base = self.shape(size) if self.shape else 0.0
+        if base <= 0 or seconds <= 0:
+            return
+        deviation = self.deviation.get(size, 1.0)
+        self.observed += 1
+        self.level += max(1.0 / self.observed, 1.0 - self.decay) * (seconds / base - self.level)
+        n = self.count.get(size, 0) + 1
+        self.count[size] = n
+        if size not in self.deviation:
+            self._sizes = sorted([*self._sizes, size])
+        self.deviation[size] = deviation + max(1.0 / n, 1.0 - self.decay) * (seconds / (base * self.level) - deviation)
+
+    def __bool__(self) -> bool:
+        return bool(self.shape)
+
+    def __call__(self, size: int) -> float:
+        return self.shape(size) * self.level * self.deviation.get(size, 1.0)
+
+    def cheapest(self, size: int, limit: int) -> tuple[int, float]:
+        best = (size, self(size))
+        for x in self._sizes[bisect_left(self._sizes, size + 1) :]:
+            if x > limit:
+                break
+            if self(x) < best[1]:
+                best = (x, self(x))
+        return best
+
+    def points(self) -> dict[int, float]:
+        return {size: self(size) for size in self._sizes}
+
+
 CHANGE = 0.25  # the alternatives the change tests weigh: acceptance, or rejection, at a quarter
 CHANGE_EVIDENCE = 6.0  # log-likelihood ratio that counts as a change (about 400 to 1)
 

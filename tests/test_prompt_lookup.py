@@ -154,7 +154,25 @@ def test_confidence_starts_from_match_length_and_learns_from_feedback():
         drafter.feedback(2, 2)
     first, second = drafter.propose(history, 2).confidence
     assert first > 0.85 and second > 0.85
-    assert drafter.confidence(3) == pytest.approx(0.6)  # other match lengths keep their own estimate
+    # Another length, with no outcomes of its own, starts from its prior moved the way its kind went;
+    # the other kind of match is untouched.
+    assert 0.6 < drafter.confidence(3) <= 0.93
+    assert drafter.confidence(3, kind="match+") == pytest.approx(0.75)
+
+
+def test_matches_failing_at_some_lengths_lower_the_start_of_the_next_length():
+    """In a one-shot run evidence is thin and spread over match lengths: an answer that reformats
+    its source (meeting notes into action items) has its matches fail at 3, 4 and 5 tokens, and a
+    match of 6 should not be trusted as if nothing had been seen."""
+    drafter = PromptLookupDrafter()
+    for n in (3, 4, 5):
+        drafter._learn(("match+", n), 0, failed=True)
+    prior = 6 / 8
+    assert drafter.confidence(6, position=1, kind="match+") < 0.75 * prior
+    assert drafter.confidence(6, position=1, kind="match") == pytest.approx(prior)
+    restored = PromptLookupDrafter()
+    restored.restore(drafter.state(), cap=8)  # kept between runs with the rest of the estimates
+    assert restored.confidence(6, position=1, kind="match+") == pytest.approx(drafter.confidence(6, position=1, kind="match+"), rel=1e-3)
 
 
 def test_matches_that_fail_at_once_or_copy_long_runs_are_not_averaged_into_one_rate():

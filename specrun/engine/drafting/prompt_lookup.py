@@ -59,6 +59,9 @@ class PromptLookupDrafter:
         self._first: dict[tuple[str, int], list[float]] = {}  # [successes, trials]
         self._rest: dict[tuple[str, int], list[float]] = {}
         self._pending: tuple[int, tuple[str, int], list[int]] | None = None  # (history length, evidence, tokens)
+        # Per table and kind: [accepted, what the priors expected] over all its lengths, so a length
+        # with few outcomes of its own starts from its prior moved the way its kind has gone.
+        self._calibration: dict[tuple[str, str], list[float]] = {}
 
     def draft_length(self, n: int) -> int:
         """Most tokens a match of length n may draft."""
@@ -69,10 +72,21 @@ class PromptLookupDrafter:
         were accepted, for a match of length n (kind "match") or a copy that has run n tokens
         ("copy"). The first token is estimated apart from the rest; a later token of a copy is
         judged as a copy that has run that much further."""
-        key = self._first_key(kind, n) if position == 1 else self._rest_key(kind, n, position)
-        successes, trials = (self._first if position == 1 else self._rest).get(key, (0.0, 0.0))
+        first = position == 1
+        key = self._first_key(kind, n) if first else self._rest_key(kind, n, position)
+        successes, trials = (self._first if first else self._rest).get(key, (0.0, 0.0))
         w = self.prior_weight
-        return (successes + w * _prior(key[0], key[1], first=position == 1)) / (trials + w)
+        return (successes + w * self._calibrated_prior(key, first)) / (trials + w)
+
+    def _calibrated_prior(self, key: tuple[str, int], first: bool) -> float:
+        """The prior of `key`, scaled by how its kind's outcomes compared with their priors:
+        evidence is spread over many match lengths, and an answer whose matches keep failing (or
+        holding) at some lengths is no different at the next one. Never raised above
+        CALIBRATED_MAX unless the prior itself is."""
+        prior = _prior(key[0], key[1], first=first)
+        accepted, expected = self._calibration.get(("first" if first else "rest", key[0]), (0.0, 0.0))
+        factor = (accepted + CALIBRATION_WEIGHT) / (expected + CALIBRATION_WEIGHT)
+        return min(prior * factor, max(prior, CALIBRATED_MAX))
 
     def confidences(self, n: int, length: int, kind: str = "match") -> list[float]:
         return [self.confidence(n, j, kind) for j in range(1, length + 1)]
@@ -148,8 +162,10 @@ class PromptLookupDrafter:
 
     def state(self) -> dict:
         """What it has learned of its evidence's acceptance, to be kept between runs."""
-        return {name: [[kind, n, round(s, 4), round(t, 4)] for (kind, n), (s, t) in table.items()]
-                for name, table in (("first", self._first), ("rest", self._rest))}
+        state = {name: [[kind, n, round(s, 4), round(t, 4)] for (kind, n), (s, t) in table.items()]
+                 for name, table in (("first", self._first), ("rest", self._rest))}
+        state["calibration"] = [[table, kind, round(a, 4), round(e, 4)] for (table, kind), (a, e) in self._calibration.items()]
+        return state
 
     def restore(self, state: dict, cap: float) -> None:
         """Take up what an earlier run learned, each estimate weighed as at most `cap` trials."""
@@ -161,6 +177,14 @@ class PromptLookupDrafter:
                     continue
                 scale = min(1.0, cap / trials) if trials > 0 else 1.0
                 table[(kind, n)] = [min(successes, trials) * scale, trials * scale]
+        for row in state.get("calibration", []):
+            try:
+                table_name, kind, accepted, expected = str(row[0]), str(row[1]), float(row[2]), float(row[3])
+            except (IndexError, TypeError, ValueError):
+                continue
+            if accepted >= 0 and expected > 0:
+                scale = min(1.0, cap / expected)
+                self._calibration[(table_name, kind)] = [accepted * scale, expected * scale]
 
     @property
     def source(self) -> "PromptLookupDrafter":
@@ -187,20 +211,29 @@ class PromptLookupDrafter:
             self._learn(evidence, matched, failed=matched < len(actual))
 
     def _learn(self, evidence: tuple[str, int], successes: int, failed: bool) -> None:
-        for table in (self._first, self._rest):
+        for table in (self._first, self._rest, self._calibration):
             for row in table.values():
                 row[0] *= self.decay
                 row[1] *= self.decay
         kind, n = evidence
-        first = self._first.setdefault(self._first_key(kind, n), [0.0, 0.0])
+        key = self._first_key(kind, n)
+        first = self._first.setdefault(key, [0.0, 0.0])
         first[1] += 1
+        self._calibrate("first", key, first=True, accepted=bool(successes))
         if not successes:
             return
         first[0] += 1
         for position in range(2, successes + 2 if failed else successes + 1):
-            row = self._rest.setdefault(self._rest_key(kind, n, position), [0.0, 0.0])
+            key = self._rest_key(kind, n, position)
+            row = self._rest.setdefault(key, [0.0, 0.0])
             row[1] += 1
             row[0] += position <= successes
+            self._calibrate("rest", key, first=False, accepted=position <= successes)
+
+    def _calibrate(self, table: str, key: tuple[str, int], *, first: bool, accepted: bool) -> None:
+        row = self._calibration.setdefault((table, key[0]), [0.0, 0.0])
+        row[0] += accepted
+        row[1] += _prior(key[0], key[1], first=first)
 
 
 RUN_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # copy runs are estimated by these lower bounds
@@ -221,6 +254,8 @@ MATCH_KINDS = ("match", "match+")  # an answer edits its source when at least th
 EDIT_FIRST_PRIOR = 0.7  # a copy resumed right after an edit, before any outcome
 EDIT_RUN = 4  # its later tokens are trusted as a copy that has run this much further
 REST_PRIOR_MAX = 0.93  # no later token is trusted more than this before outcomes say so: copies break
+CALIBRATION_WEIGHT = 2.0  # expected acceptances a kind's calibration starts from (at factor 1)
+CALIBRATED_MAX = REST_PRIOR_MAX  # a prior scaled up by its kind's record stops here
 
 
 def _prior(kind: str, n: int, first: bool) -> float:

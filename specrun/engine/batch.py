@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ContextOverflowError, SpecrunError
-from .llama import Model, _llama, common_prefix
+from .llama import Model, OwnsContext, _llama, common_prefix
 
 
 class CacheFullError(SpecrunError):
@@ -33,7 +33,7 @@ class Segment:
     logits: str = "all"
 
 
-class SharedContext:
+class SharedContext(OwnsContext):
     """One context holding `n_seq` sequences of up to `n_ctx_seq` tokens each, in a pool of
     `n_seq_pool` sequences' worth of cells (default: all of them).
 
@@ -171,20 +171,6 @@ class SharedContext:
     def view(self, seq: int) -> "SequenceView":
         return SequenceView(self, seq)
 
-    def close(self) -> None:
-        lib = _llama()
-        if getattr(self, "batch", None) is not None:
-            lib.llama_batch_free(self.batch)
-            self.batch = None
-        if getattr(self, "ptr", None):
-            lib.llama_free(self.ptr)
-            self.ptr = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
 
 class SequenceView:

@@ -273,7 +273,26 @@ class Model:
             pass
 
 
-class Context:
+class OwnsContext:
+    """Frees a llama.cpp context (`ptr`) and its batch (`batch`) once, on close or collection."""
+
+    def close(self) -> None:
+        lib = _llama()
+        if getattr(self, "batch", None) is not None:
+            lib.llama_batch_free(self.batch)
+            self.batch = None
+        if getattr(self, "ptr", None):
+            lib.llama_free(self.ptr)
+            self.ptr = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class Context(OwnsContext):
     """One inference context (KV cache) on a model, with the tokens it holds tracked in Python.
 
     `tokens` mirrors the KV cache exactly: decode appends, trim drops a tail. Drafters and the loop use
@@ -378,20 +397,6 @@ class Context:
         """Length of the longest prefix shared by the cache and `history`."""
         return common_prefix(self.tokens, history)
 
-    def close(self) -> None:
-        lib = _llama()
-        if getattr(self, "batch", None) is not None:
-            lib.llama_batch_free(self.batch)
-            self.batch = None
-        if getattr(self, "ptr", None):
-            lib.llama_free(self.ptr)
-            self.ptr = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

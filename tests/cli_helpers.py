@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -29,5 +30,12 @@ def specrun(*args: str, stdin: str | None = None, env: dict | None = None, timeo
 _env = env
 
 
+def interruptible() -> None:
+    """Give a child Ctrl-C's default action: started from a shell's background job, the test run
+    inherits SIGINT ignored, and Python leaves an ignored SIGINT ignored, so a test that sends it
+    would wait for nothing. Pass as `preexec_fn`."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def popen(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "specrun", *map(str, args)], env=_env(), **kw)
+    return subprocess.Popen([sys.executable, "-m", "specrun", *map(str, args)], env=_env(), preexec_fn=interruptible, **kw)

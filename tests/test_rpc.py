@@ -181,7 +181,13 @@ def test_costs_measured_with_a_worker_are_kept_apart_from_local_ones(worker, tin
     assert "measuring decode costs" not in specrun("run", *args).stderr
     remote = [*args, "--rpc", worker.endpoint, "-ngl", "all"]
     assert "measuring decode costs" in specrun("run", *remote).stderr
-    assert "measuring decode costs" not in specrun("run", *remote).stderr
+    # A tiny model's passes over a link take about a round trip whatever their size, so a noisy
+    # curve can fail the sanity checks and be measured again; once one is kept, it is reused.
+    for _ in range(4):
+        stderr = specrun("run", *remote).stderr
+        if "measuring decode costs" not in stderr:
+            break
+    assert "measuring decode costs" not in stderr
 
 
 def test_doctor_lists_the_worker_and_places_the_target_on_it(worker, tiny_target, tiny_draft):

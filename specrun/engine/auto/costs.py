@@ -30,6 +30,7 @@ CALIBRATION_SIZES = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32)
 CALIBRATION_REPS = 5
 MIN_CPU_SHARE = 0.8  # of the CPU time the timed passes needed: less means other processes competed
 MIN_RATIO = 0.95  # a pass over n > 1 tokens may not cost less than this share of a single one
+MIN_RATIO_OFFLOADED = 0.8  # on a GPU or over a link, where small passes cost alike and timings jitter
 PREFILL_BATCH = 32  # draft tokens per timed catch-up pass
 
 
@@ -43,6 +44,7 @@ class Conditions:
     reps: int = CALIBRATION_REPS
     estimator: str = "min"
     measured_at: str = ""
+    offloaded: bool = False  # layers ran on a GPU or an RPC worker, where a pass costs about the same at any small size
 
 
 @dataclass
@@ -84,7 +86,8 @@ def judge(costs: DecodeCosts, threads: int = 1) -> list[str]:
     if not single or single <= 0:
         reasons.append("no single-token pass was timed")
     else:
-        cheap = [n for n, s in costs.verify_s.items() if n > 1 and s < MIN_RATIO * single]
+        floor = MIN_RATIO_OFFLOADED if c is not None and c.offloaded else MIN_RATIO
+        cheap = [n for n, s in costs.verify_s.items() if n > 1 and s < floor * single]
         if cheap:
             reasons.append(f"a pass over {min(cheap)} tokens timed cheaper than a single token")
         if costs.draft_token_s is not None and costs.draft_token_s > single:
@@ -177,7 +180,7 @@ def measure(target: Context, draft: Context | None, tokens: Sequence[int], sizes
             draft.trim(0)
     conditions = Conditions(
         cpu_share=None if meter.cpu_share is None or offloaded else round(meter.cpu_share, 3), major_faults=meter.faults,
-        load_average=load, reps=reps, measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        load_average=load, reps=reps, measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), offloaded=offloaded,
     )
     prefill = draft_times[PREFILL_BATCH] / PREFILL_BATCH if PREFILL_BATCH in draft_times else None
     return DecodeCosts(verify, draft_times.get(1), conditions, prefill)

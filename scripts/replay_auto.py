@@ -23,8 +23,7 @@ from pathlib import Path
 
 from specrun.engine.auto.control import LEARNED_WEIGHT, Controller
 from specrun.engine.auto.estimates import CostCurve
-from specrun.engine.auto.policy import AutoPolicy, FixedPolicy
-from specrun.engine.drafting.prompt_lookup import PromptLookupDrafter
+from specrun.engine.drafting.prompt_lookup import PromptLookup
 
 LOOKUP_SECONDS = 0.0002  # what proposing costs prompt lookup, per step
 
@@ -33,29 +32,33 @@ def replay(prompt: list[int], output: list[int], curve: CostCurve, mode: str, k:
     """Seconds the policy takes to produce `output` after its first token, and step counts. With
     `learned` (auto only), the run starts from what an earlier process kept, and leaves there what
     it learned, as one-shot runs do through specrun's cache."""
-    lookup = PromptLookupDrafter(1, 8, max_draft=k)
+    lookup = PromptLookup(1, 8, k_max=k)
+    controller = None
     if mode == "auto":
         controller = Controller(["ngram"], k_max=k, k_start=min(k, 4))
         controller.seed(curve.points())
         if learned:
             controller.learn(learned["controller"])
             lookup.restore(learned["lookup"], LEARNED_WEIGHT)
-        policy = AutoPolicy(controller, lookup, None)
-    else:
-        policy = FixedPolicy(lookup, k)
     history = list(prompt) + output[:1]
     position, seconds = 1, 0.0
     counts = defaultdict(int)
     while position < len(output):
-        plan = policy.plan(history, len(output) - position - 1)
-        draft = plan.draft.tokens
+        room = min(k, len(output) - position - 1)
+        proposal = lookup.propose(history, room)
+        if controller is not None:
+            choice = controller.choose(proposal.confidence or [], remaining=len(output) - position)
+            draft = proposal.tokens[: min(choice.k, room)] if choice.drafter == "ngram" else []
+        else:
+            draft = proposal.tokens
         accepted = 0
         while accepted < len(draft) and position + accepted < len(output) and draft[accepted] == output[position + accepted]:
             accepted += 1
         t_verify, t_draft = curve(len(draft) + 1), LOOKUP_SECONDS
-        if plan.source is not None and draft:
-            plan.source.feedback(len(draft), accepted)
-        policy.observe(plan, accepted, t_draft, t_verify)
+        if draft:
+            lookup.feedback(len(draft), accepted)
+        if controller is not None:
+            controller.observe_step("ngram" if draft else None, len(draft), len(draft), accepted, t_draft, t_verify, len(draft) + 1)
         committed = output[position : position + accepted + 1]
         history += committed
         position += len(committed)
@@ -63,8 +66,8 @@ def replay(prompt: list[int], output: list[int], curve: CostCurve, mode: str, k:
         counts["steps"] += 1
         counts["drafted"] += len(draft)
         counts["accepted"] += accepted
-    if mode == "auto" and learned is not None:
-        learned.update(controller=policy.controller.learned(), lookup=lookup.state())
+    if controller is not None and learned is not None:
+        learned.update(controller=controller.learned(), lookup=lookup.state())
     return seconds, dict(counts)
 
 

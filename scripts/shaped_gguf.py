@@ -44,6 +44,9 @@ class Shape:
 SHAPES = {
     "qwen2.5-7b": Shape(n_embd=3584, n_layer=28, n_head=28, n_head_kv=4, n_ff=18944, n_vocab=152064, tied_embeddings=False),
     "qwen2.5-0.5b": Shape(n_embd=896, n_layer=24, n_head=14, n_head_kv=2, n_ff=4864, n_vocab=151936, tied_embeddings=True),
+    # A rehearsal pair for a CPU: the same layout, small enough that a check runs in minutes.
+    "small-qwen2": Shape(n_embd=512, n_layer=8, n_head=8, n_head_kv=2, n_ff=1536, n_vocab=600, tied_embeddings=False,
+                         context_length=4096),
     "tiny-qwen2": Shape(n_embd=256, n_layer=2, n_head=2, n_head_kv=1, n_ff=512, n_vocab=600, tied_embeddings=False,
                         context_length=2048),
 }

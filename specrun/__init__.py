@@ -15,20 +15,25 @@ from typing import Iterator
 
 __version__ = "0.1.0"
 
-from .engine.loop import GenerationSettings, Step
+from .engine.generation import Step
 from .engine.sampling import SamplingParams
+from .engine.sequence import GenerationSettings
 from .engine.stats import Stats
 from .errors import InputError
+from .models.reasoning import ReasoningSplitter, join, split_reasoning
+from .runtime.chat_format import thinking_variables
 from .runtime.pair import Pair, PairConfig, load_pair
 
 
 @dataclass
 class Result:
-    """A finished generation: its text, tokens and statistics."""
+    """A finished generation: its text, tokens and statistics. For a thinking model in chat mode,
+    `text` is the answer and `reasoning` what the model thought before it (None otherwise)."""
 
     text: str
     tokens: list[int]
     stats: Stats
+    reasoning: str | None = None
 
 
 def settings_from(**options) -> GenerationSettings:
@@ -39,33 +44,47 @@ def settings_from(**options) -> GenerationSettings:
     return GenerationSettings(sampling=sampling, **rest)
 
 
-def _prompt_tokens(pair: Pair, prompt: str, chat: bool, system: str | None) -> list[int]:
+def _prompt(pair: Pair, prompt: str, chat: bool, system: str | None, think: bool | None,
+            chat_template_kwargs: dict | None) -> tuple[list[int], ReasoningSplitter | None]:
     if not isinstance(prompt, str) or not prompt:
         raise InputError("the prompt is empty", "pass some prompt text")
-    return pair.prompt_tokens(prompt, chat=chat, system=system)
+    if not chat:
+        return pair.prompt_tokens(prompt, chat=False, system=system), None
+    variables = {**(chat_template_kwargs or {}), **thinking_variables(think)}
+    rendered = pair.chat_prompt(prompt, system=system, variables=variables)
+    return rendered.tokens, rendered.splitter()
 
 
 def stream(pair: Pair, prompt: str, *, chat: bool = True, system: str | None = None, mode: str | None = None,
-           **options) -> Iterator[Step]:
-    """Yield generation steps for a prompt; each step's `text` can be printed as it comes.
+           think: bool | None = None, chat_template_kwargs: dict | None = None, **options) -> Iterator[Step]:
+    """Yield generation steps for a prompt; each step's `text` can be printed as it comes (a thinking
+    model's reasoning and tags included: `split_reasoning` separates them).
 
-    mode: "off", "draft", "ngram", "hybrid" or "auto" (the default); options: GenerationSettings
-    fields (max_tokens, seed, draft_max, stop, ...) and sampling ones (temperature, top_k, top_p, min_p).
+    mode: "off", "draft", "ngram", "hybrid", "text", "mtp" (the target's own multi-token-prediction
+    heads) or "auto" (the default); think: a thinking model's reasoning on or off (the template's
+    enable_thinking; None: its default); chat_template_kwargs: other variables for the chat
+    template; options: GenerationSettings fields (max_tokens, seed, draft_max, stop, ...) and
+    sampling ones (temperature, top_k, top_p, min_p).
     """
-    tokens = _prompt_tokens(pair, prompt, chat, system)
+    tokens, _ = _prompt(pair, prompt, chat, system, think, chat_template_kwargs)
     return pair.stream(tokens, settings_from(**options), mode=mode)
 
 
 def generate(pair: Pair, prompt: str, *, chat: bool = True, system: str | None = None, mode: str | None = None,
-             **options) -> Result:
+             think: bool | None = None, chat_template_kwargs: dict | None = None, **options) -> Result:
     """Generate a whole answer and return it with its statistics (options as for `stream`)."""
-    tokens = _prompt_tokens(pair, prompt, chat, system)
-    loop = pair.loop(settings_from(**options), mode=mode)
+    tokens, splitter = _prompt(pair, prompt, chat, system, think, chat_template_kwargs)
+    generation = pair.generation(tokens, settings_from(**options), mode=mode)
     pieces, generated = [], []
-    for step in loop.run(tokens):
+    for step in generation.run():
         pieces.append(step.text)
         generated.extend(step.tokens)
-    return Result("".join(pieces), generated, loop.stats)
+    text = "".join(pieces)
+    if splitter is None:
+        return Result(text, generated, generation.stats)
+    split = join([*splitter.feed(text), *splitter.finish()])
+    return Result(split.content, generated, generation.stats, split.reasoning)
 
 
-__all__ = ["GenerationSettings", "Pair", "PairConfig", "Result", "SamplingParams", "Stats", "Step", "generate", "load_pair", "stream"]
+__all__ = ["GenerationSettings", "Pair", "PairConfig", "Result", "SamplingParams", "Stats", "Step", "generate", "load_pair",
+           "split_reasoning", "stream"]

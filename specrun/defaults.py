@@ -10,8 +10,14 @@ TEMPERATURE = 0.8  # llama.cpp's default
 TOP_K = 40
 TOP_P = 0.95
 MIN_P = 0.05
-SPEC_MODE = "auto"  # off | draft | ngram | hybrid | auto
+MODES = ("off", "draft", "ngram", "hybrid", "text", "mtp", "auto")  # --spec
+SPEC_MODE = "auto"
+LOOKUP = "ngram"  # the drafters' names, as stats and --json report them
+MODEL = "draft"
+TEXT = "text"  # a draft model of another vocabulary, drafting through text
+MTP = "mtp"  # the target's own multi-token-prediction (nextn) heads
 DRAFT_MAX = 4  # K in the fixed modes when neither --draft-max nor the pair says; auto starts from it
+RECURRENT_K_MAX = 8  # draft tokens a recurrent or hybrid target can take back: one state snapshot each, per sequence
 AUTO_K_MAX = 31  # auto's default cap on draft tokens per step (a batch of 32); --draft-max lowers it
 DRAFT_MIN = 0
 DRAFT_P_MIN = 0.0  # stop drafting when the draft's top probability falls below this
@@ -21,15 +27,38 @@ CTX_SIZE = 4096
 BENCH_MAX_TOKENS = 128  # tokens per benchmark run
 BENCH_RUNS = 3  # measured repetitions per prompt and configuration
 N_BATCH = 512  # prompt tokens decoded per llama_decode call
+# Think tags of reasoning models, most specific first: a template that contains both texts of a pair
+# is taken to use it, and the answer's text between them becomes its reasoning.
+REASONING_TAGS = (
+    ("<seed:think>", "</seed:think>"),  # ByteDance Seed-OSS
+    ("<|START_THINKING|>", "<|END_THINKING|>"),  # Cohere Command R7B / A
+    ("[THINK]", "[/THINK]"),  # Mistral's reasoning models (Magistral, Ministral)
+    ("<think>", "</think>"),  # Qwen3, QwQ, DeepSeek-R1 and V3.1, SmolLM3, GLM, Granite, MiniMax, Kimi...
+)
 
 
-def draft_max_for(mode: str, explicit: int | None, recommended: int | None = None) -> int | None:
+HYBRID_MIN_CONFIDENCE = 0.6  # hybrid: prompt lookup drafts when its first token is at least this likely
+
+# auto
+PROBE_EVERY = 16  # steps between probes of a drafter nobody uses; a failed probe doubles it
+PROBE_EVERY_MAX = 512
+HOPE_MARGIN = 1.2  # full acceptance never happens: a drafter must promise this much over plain to be tried
+DRAFT_MARGIN = 1.0  # a draft's expected tokens must exceed this many times what its seconds are worth
+CALIBRATION_SIZES = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32)  # target batches timed: small drafts, tile edges
+CALIBRATION_REPS = 3  # the fastest of three: a first pass builds its graph, a busy machine stalls any pass
+CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog. " * 8
+CALIBRATION_TOKENS = 48  # context the calibration's passes run on
+COST_SCALE_STEP = 2.0  # one pass moves a cost curve's level by at most this factor
+COST_LEARNED_BEYOND = 2  # passes up to this many times the largest calibrated size move a cost curve
+
+
+def draft_max_for(mode: str, explicit: int | None, recommended: int | None = None) -> int:
     """--draft-max means the most draft tokens per step in every mode. Given, it is that; otherwise
-    the fixed modes use the pair's recommended K (else DRAFT_MAX), and auto gets None: its own
-    cap, AUTO_K_MAX, within which it picks K each step."""
+    the fixed modes use the pair's recommended K (else DRAFT_MAX), and auto its own cap,
+    AUTO_K_MAX, within which it picks K each step."""
     if explicit is not None:
         return explicit
-    return None if mode == "auto" else (recommended or DRAFT_MAX)
+    return AUTO_K_MAX if mode == "auto" else (recommended or DRAFT_MAX)
 
 
 def threads() -> int:
@@ -43,4 +72,6 @@ SERVE_PARALLEL = 4  # requests decoded together in one batch
 SERVE_QUEUE = 64  # requests waiting beyond the busy sequences; more are answered 503
 SERVE_SCHEDULE = "srpt"  # srpt (shortest predicted remaining time first, with aging) or fcfs
 SERVE_DRAIN_S = 10.0  # on Ctrl-C or SIGTERM, active requests get this long to finish
+SERVE_MAX_BODY = 8 * 1024 * 1024  # bytes of a request body: far more than any context's prompt, as JSON
+SERVE_SPARE_CONNECTIONS = 16  # connections beyond --parallel + --queue (health checks, metrics, clients between requests)
 COMPLETION_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI's API defaults

@@ -42,6 +42,10 @@ class ContextOverflowError(InputError):
     """The prompt does not fit in the context window."""
 
 
+class ChatTemplateError(InputError):
+    """A model's chat template does not parse, or refuses or fails on a conversation (exit 2; 400 from the server)."""
+
+
 class IncompatibleModelsError(SpecrunError):
     """Target and draft vocabularies differ, so the draft's tokens mean nothing to the target (exit 3)."""
 

@@ -57,14 +57,45 @@ class StatusLine:
         self.shown = False
 
 
+class ThinkingStream:
+    """A thinking model's reasoning on stderr as it streams (stdout keeps only the answer): dimmed
+    when stderr is a terminal, plain otherwise, and ended with a line break before the answer."""
+
+    DIM, UNDIM = "\x1b[2m", "\x1b[22m"
+
+    def __init__(self, err: TextIO, *, hidden: bool = False, clean: Callable[[str], str] = lambda text: text):
+        self.err = err
+        self.hidden = hidden
+        self.decorate = isatty(err)
+        self.clean = clean  # e.g. control characters shown as symbols on a terminal
+        self.open = False
+
+    def write(self, text: str) -> None:
+        if self.hidden or not text:
+            return
+        text = self.clean(text)
+        self.err.write(f"{self.DIM}{text}{self.UNDIM}" if self.decorate else text)
+        self.err.flush()
+        self.open = True
+
+    def close(self) -> None:
+        """The reasoning is over: end its line."""
+        if self.open:
+            self.err.write("\n")
+            self.err.flush()
+            self.open = False
+
+
 class Output:
     """Routes text, status, warnings and JSON to the right stream."""
 
-    def __init__(self, *, quiet: bool = False, json_mode: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None):
+    def __init__(self, *, quiet: bool = False, json_mode: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None,
+                 hide_thinking: bool = False):
         self.out = stdout or sys.stdout
         self.err = stderr or sys.stderr
         self.quiet = quiet
         self.json_mode = json_mode
+        self.thinking_stream = ThinkingStream(self.err, hidden=hide_thinking or json_mode)
         self.live = isatty(self.err) and not quiet
         self.shared = self.live and same_terminal(self.out, self.err)
         self.line = StatusLine(self.err, shared=self.shared)
@@ -80,6 +111,21 @@ class Output:
         self._write_out(chunk)
         self.wrote_text = True
         self.ends_with_newline = chunk.endswith("\n")
+
+    def thinking(self, chunk: str) -> None:
+        """A thinking model's reasoning: to stderr (see ThinkingStream); nothing in --json mode or with
+        --hide-thinking. While it streams, the status line sits on the line below it, as it does
+        below text when stdout shares the terminal."""
+        if chunk and not self.thinking_stream.hidden:
+            self.clear_status()
+            self.thinking_stream.write(chunk)
+            self.line.shared = True
+
+    def end_thinking(self) -> None:
+        if self.thinking_stream.open:
+            self.clear_status()
+            self.thinking_stream.close()
+            self.line.shared = self.shared
 
     def status(self, line: str) -> None:
         """The live status line, redrawn in place; only while stderr is a terminal."""

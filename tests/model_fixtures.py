@@ -72,3 +72,16 @@ def write_registry(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+def fake_hub(monkeypatch, files: dict[str, bytes], calls: list) -> None:
+    """hf_hub_download that 'downloads' `files` (name → bytes) into the HF cache, as the hub lays it out."""
+    import huggingface_hub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+
+    def download(repo, name, *, revision, cache_dir, tqdm_class):
+        calls.append((repo, name, revision))
+        return str(populate_hf_cache(Path(cache_dir), repo, name, files[name], commit="c" * 40))
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)

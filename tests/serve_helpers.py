@@ -1,17 +1,21 @@
 """Helpers for the server tests: a gate that lets the engine thread take steps only when a test says
-so, and a server on a free loopback port serving tiny models from a thread of this process."""
+so, a server on a free loopback port serving tiny models from a thread of this process, and
+`specrun serve` as a process."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
-from specrun.engine.loop import GenerationSettings
+from cli_helpers import popen
+
+from specrun.engine.sequence import GenerationSettings
 from specrun.runtime.pair import Pair, PairConfig
-from specrun.serve.costs import BatchCosts
+from specrun.engine.auto.costs import DecodeCosts
 from specrun.serve.server import BackgroundServer
 from specrun.serve.service import ServeOptions, Service
 
@@ -20,6 +24,11 @@ WAIT = 60.0  # seconds a test waits for a state before failing (never reached wh
 # Fixed costs for tests that must not depend on timing: a pass costs the same whatever its size
 # (as on a GPU), so under auto every draft that might be accepted pays.
 FLAT_COSTS = {n: 0.01 for n in (1, 2, 4, 8, 16, 32, 64)}
+
+
+def costs_of(verify: dict[int, float], draft: dict[int, float] | None = None) -> DecodeCosts:
+    """Batch costs to start a server from instead of measuring them."""
+    return DecodeCosts(dict(verify), (draft or {}).get(1), None, None, dict(draft) if draft else None)
 
 
 class StepGate:
@@ -52,18 +61,18 @@ class StepGate:
 
 
 def load_pair(target: Path, draft: Path | None, ctx_size: int = 512) -> Pair:
-    return Pair(PairConfig(target, draft, ctx_size=ctx_size, threads=1), contexts=False)
+    return Pair(PairConfig(target, draft, ctx_size=ctx_size, threads=1))
 
 
 @contextmanager
 def served(pair: Pair, *, gate: StepGate | None = None, costs: dict | None = None, draft_costs: dict | None = None,
-           **options) -> Iterator[BackgroundServer]:
-    """A running server for `pair` (ServeOptions fields as keywords; `base` defaults to greedy-friendly
-    settings); stopped, with its gate opened, on exit."""
+           host: str = "127.0.0.1", **options) -> Iterator[BackgroundServer]:
+    """A running server for `pair` on `host` (ServeOptions fields as keywords; `base` defaults to
+    greedy-friendly settings); stopped, with its gate opened, on exit."""
     options.setdefault("base", GenerationSettings())
-    seeded = BatchCosts.of(costs, draft_costs) if costs is not None else None
+    seeded = costs_of(costs, draft_costs) if costs is not None else None
     service = Service(pair, ServeOptions(**options), costs=seeded, before_step=gate)
-    server = BackgroundServer(service)
+    server = BackgroundServer(service, host=host)
     try:
         yield server
     finally:
@@ -75,3 +84,23 @@ def served(pair: Pair, *, gate: StepGate | None = None, costs: dict | None = Non
 
 def with_temperature(settings: GenerationSettings, temperature: float) -> GenerationSettings:
     return replace(settings, sampling=replace(settings.sampling, temperature=temperature))
+
+
+def start(*args: str) -> tuple[subprocess.Popen, str, list[str]]:
+    """Start `specrun serve ARGS --port 0`; return it, its URL, and the stderr lines before it listened."""
+    process = popen("serve", *args, "--port", "0", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if "listening on" in line:
+            url = line.split("listening on ")[1].split(" ")[0]
+            return process, url.replace("0.0.0.0", "127.0.0.1"), lines
+    process.wait(WAIT)
+    raise AssertionError("".join(lines))
+
+
+def stop(process: subprocess.Popen, sig: int) -> tuple[int, str]:
+    """Send `sig`; the exit code and the rest of stderr."""
+    process.send_signal(sig)
+    err = process.stderr.read()
+    return process.wait(WAIT), err

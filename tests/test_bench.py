@@ -41,7 +41,7 @@ from specrun.bench.runner import (
     run_bench,
     schedule,
 )
-from specrun.engine.loop import GenerationSettings
+from specrun.engine.sequence import GenerationSettings
 from specrun.engine.stats import Stats
 from specrun.errors import EXIT_USAGE, InputError
 
@@ -233,6 +233,10 @@ def test_acceptance_alpha_and_cost_model_in_rows():
     expected = row["expected_tokens_per_step"] * 0.010 / (4 * 0.002 + 0.020)
     assert row["predicted_speedup"] == pytest.approx(expected, rel=1e-3)
     assert row["efficiency"] == pytest.approx(row["speedup"] / row["predicted_speedup"], rel=1e-3)
+    # on a GPU's shape of costs the pass over 5 tokens costs what one does (10 ms)
+    assert row["predicted_gpu_speedup"] == pytest.approx(row["expected_tokens_per_step"] * 0.010 / (4 * 0.002 + 0.010), rel=1e-3)
+    plain = next(r for r in doc["categories"] if r["category"] == "qa" and r["mode"] == "off")
+    assert plain["predicted_gpu_speedup"] is None
 
 
 # ---- correctness ---------------------------------------------------------------------------------
@@ -545,7 +549,7 @@ def test_pair_engine_calibrates_and_runs_from_empty_caches(tiny_target, tiny_dra
         tokens = engine.prompt_tokens(BenchPrompt("p", "c", "hello there"))
         cal = engine.calibrate(tokens, [1, 2, 3], reps=1)
         assert set(cal.verify_s) == {1, 2, 3} and cal.plain_s == cal.verify_s[1] and cal.draft_token_s > 0
-        assert pair.target_ctx.tokens == [] and pair.draft_ctx.tokens == []
+        assert pair.session.target_ctx.tokens[0] == [] and pair.session.draft_ctx.tokens[0] == []
         settings = BenchSettings(base=GenerationSettings(max_tokens=8, ignore_eos=True))
         first = engine.run(tokens, Config("draft", 2), settings.generation(Config("draft", 2), 0))
         again = engine.run(tokens, Config("draft", 2), settings.generation(Config("draft", 2), 0))
@@ -556,9 +560,9 @@ def test_pair_engine_calibrates_and_runs_from_empty_caches(tiny_target, tiny_dra
         rows = engine.output_rows(tokens, plain[0])
         assert rows.shape == (8, pair.target_model.n_vocab)
         assert [int(np.argmax(r)) for r in rows] == plain[0]  # one batched pass agrees with plain decoding here
-        assert pair.target_ctx.tokens == tokens[:-1]  # the prompt's prefill stays for the next output
+        assert pair.session.target_ctx.tokens[0] == tokens[:-1]  # the prompt's prefill stays for the next output
         noise = engine.logit_noise(tokens)
-        assert 0.0 <= noise < 0.5 and pair.target_ctx.tokens == []
+        assert 0.0 <= noise < 0.5 and pair.session.target_ctx.tokens[0] == []
     finally:
         pair.close()
 
@@ -654,3 +658,23 @@ def test_disturbed_runs_are_flagged(fake_document):
     calm = RunRecord(0, 0, 0, [1], "", Stats(total_time=1.0, prefill_time=0.1, llama_decode_time=0.8, cpu_time=1.85))
     assert disturbed(calm, threads=2) == []
     assert all("flagged_runs" in r for r in fake_document["categories"])
+
+
+def test_the_plot_shares_the_speedup_axis_and_draws_k_as_categories(monkeypatch):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    from matplotlib.figure import Figure
+
+    configs = configurations(["off", "draft"], [1, 2, 8], [0.0])
+    doc = fake_doc(run_bench(FakeEngine(), prompts(("a" * 5, "code"), ("b" * 6, "qa")), configs,
+                             BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=20))))
+    code = next(r for r in doc["categories"] if r["category"] == "code" and r["draft_max"] == 8)
+    code["speedup"] = 7.5  # one category far above the others: every panel's axis must reach it
+    saved: list = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: saved.append(self))
+    plot_png(doc)
+    tops = [axis for axis in saved[0].axes if axis.get_xlabel().startswith("K ")]
+    assert len(tops) == 3  # code, qa, all
+    assert len({tuple(axis.get_ylim()) for axis in tops}) == 1 and all(axis.get_ylim()[1] >= 7.5 for axis in tops)
+    for axis in tops:
+        assert [t.get_text() for t in axis.get_xticklabels()] == ["1", "2", "8"]
+        assert [list(line.get_xdata()) for line in axis.get_lines() if len(line.get_xdata()) == 3] == [[0, 1, 2]]

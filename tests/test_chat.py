@@ -12,11 +12,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from cli_helpers import env as cli_env
 
 LAUNCH = "from specrun.cli import app; app.main()"
+CHECKOUT = Path(__file__).resolve().parents[1]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[78DMc=>]|\x1b\][^\x07]*\x07|[\x01\x02\r]")
 GREEDY = ["--temp", "0", "--ignore-eos"]
 
@@ -33,7 +35,9 @@ class Terminal:
     def __init__(self, args: list[str], cwd, timeout: float = 60):
         import pty
 
-        env = {**cli_env(), "TERM": "xterm-256color", "COLUMNS": "200", "LINES": "50"}
+        # The child starts in `cwd`, not in the checkout: point it at this checkout's package.
+        pythonpath = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH", "")) if p)
+        env = {**cli_env(), "TERM": "xterm-256color", "COLUMNS": "200", "LINES": "50", "PYTHONPATH": pythonpath}
         env.pop("NO_COLOR", None)
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child
@@ -150,6 +154,7 @@ def test_two_turns_with_live_status_and_summaries(terminal, tiny_target, tiny_dr
 
 
 def test_slash_commands(terminal, tiny_target, tiny_draft, tmp_path):
+    (tmp_path / "notes.md").write_text("the user's own notes\n")
     term = terminal(*chat_args(tiny_target, tiny_draft, "-n", "12", *GREEDY))
     term.expect(r"> ")
     for command, reply in [
@@ -186,8 +191,14 @@ def test_slash_commands(terminal, tiny_target, tiny_draft, tmp_path):
     term.expect(r"saved chat\.md")
     term.send("/save chat.json")
     term.expect(r"saved")
+    term.send("/save notes.md")
+    term.expect(r"notes\.md already exists \(/save! notes\.md overwrites it\)")
+    term.send("/save chat.md")
+    term.expect(r"chat\.md already exists \(/save! chat\.md overwrites it\)")
+    term.send("/save! chat.md")
+    term.expect(r"saved chat\.md")
     term.send("/reset")
-    term.expect(r"conversation cleared \(system prompt kept\)")
+    term.expect(r"conversation cleared \(system prompt kept\); the transcript keeps the earlier turns for /save")
     term.send("/save after-reset.json")
     term.expect(r"saved")
     term.send("/exit")
@@ -202,7 +213,8 @@ def test_slash_commands(terminal, tiny_target, tiny_draft, tmp_path):
     markdown = (tmp_path / "chat.md").read_text()
     assert markdown.count("## You") == 3 and markdown.count("## Assistant") == 3 and "Be brief." in markdown
     after = json.loads((tmp_path / "after-reset.json").read_text())
-    assert [m["role"] for m in after["messages"]] == ["system"]
+    assert [m["role"] for m in after["messages"]] == roles + ["reset"]  # /reset forgets, the transcript keeps
+    assert (tmp_path / "notes.md").read_text() == "the user's own notes\n"
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
@@ -268,12 +280,16 @@ def test_bad_jsonl_is_one_line_and_exit_2(tiny_target, tiny_draft):
     assert "--jsonl line 1 is not a message" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_startup_problems_are_one_line(tiny_target, tiny_draft, tmp_path):
+def test_a_model_without_a_template_chats_in_chatml_said_once(tmp_path):
     from tiny_models import write_tiny_gguf
 
     bare = write_tiny_gguf(tmp_path / "bare.gguf", seed=0, chat_template=None)
-    result = run_piped(["-c", LAUNCH, "chat", "--target", str(bare), "--draft", "none"], "hi\n")
-    assert result.returncode == 2 and "bare.gguf has no chat template" in result.stderr
+    result = run_piped(["-c", LAUNCH, "chat", "--target", str(bare), "--draft", "none", "-n", "4"], "hi\nagain\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("bare.gguf has no chat template in its metadata; formatting the conversation as ChatML") == 1
+
+
+def test_startup_problems_are_one_line(tiny_target, tiny_draft):
     result = run_piped(chat_args(tiny_target, tiny_draft, spec="sideways"), "hi\n")
     assert result.returncode == 2 and "unknown speculation mode 'sideways'" in result.stderr
     assert "Traceback" not in result.stderr
@@ -293,7 +309,7 @@ def pair(tiny_target, tiny_draft):
 
 def session(pair, **settings):
     from specrun.chat.session import ChatSession
-    from specrun.engine.loop import GenerationSettings
+    from specrun.engine.sequence import GenerationSettings
     from specrun.engine.sampling import SamplingParams
 
     options = {"max_tokens": 20, "ignore_eos": True, **settings}
@@ -312,15 +328,16 @@ def run_turn(chat, text, stop_after: int | None = None):
 def test_second_turn_prefills_only_the_new_tokens(pair, monkeypatch, interrupt_first):
     chat = session(pair)
     first, answer = run_turn(chat, "Hello there, how are you?", stop_after=3 if interrupt_first else None)
-    fed = first.prompt + list(first.loop.generated)
+    fed = first.prompt + list(first.generation.generated)
     assert answer.interrupted is interrupt_first and answer.text
     second = chat.prepare("And a second question")
     assert second.prompt[: len(fed)] == fed  # the new prompt extends exactly what was fed
     new = len(second.prompt) - len(fed)
     assert second.prefilled <= new + 1  # + the last generated token, never in the cache yet
     decoded = []
-    original = pair.target_ctx.decode
-    monkeypatch.setattr(pair.target_ctx, "decode", lambda tokens, logits="last": decoded.append(len(tokens)) or original(tokens, logits))
+    target = pair.session.target_ctx
+    original = target.decode
+    monkeypatch.setattr(target, "decode", lambda segments, **kw: decoded.append(sum(len(s.tokens) for s in segments)) or original(segments, **kw))
     steps = second.steps()
     next(steps)
     assert decoded[0] == second.prefilled
@@ -362,6 +379,47 @@ def test_reset_and_system_reuse_the_cache_prefix(pair):
     turn.finish()
 
 
+def test_save_refuses_an_existing_file_unless_asked_to_replace_it(pair, tmp_path):
+    from specrun.chat.slash import run_command
+
+    chat = session(pair)
+    run_turn(chat, "hello")
+    mine = tmp_path / "README.md"
+    mine.write_text("precious\n")
+    reply = run_command(chat, f"/save {mine}")
+    assert reply.error and reply.text == f"{mine} already exists (/save! {mine} overwrites it)"
+    assert mine.read_text() == "precious\n"
+    link = tmp_path / "link.md"
+    link.symlink_to(tmp_path / "elsewhere.md")  # dangling: still a name that is taken
+    assert run_command(chat, f"/save {link}").error and not (tmp_path / "elsewhere.md").exists()
+    reply = run_command(chat, f"/save! {mine}")
+    assert not reply.error and reply.text == f"saved {mine}"
+    assert "## Assistant" in mine.read_text()
+    assert run_command(chat, "/save!").text == "/save! needs a file name ending in .md or .json"
+    fresh = tmp_path / "fresh.json"
+    assert run_command(chat, f"/save {fresh}").text == f"saved {fresh}"
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_reset_keeps_the_earlier_turns_in_the_transcript(pair, tmp_path):
+    from specrun.chat.slash import run_command
+
+    chat = session(pair)
+    run_turn(chat, "before the reset")
+    assert run_command(chat, "/reset").text == "conversation cleared; the transcript keeps the earlier turns for /save"
+    run_command(chat, "/reset")  # nothing said since: no second marker
+    assert chat.messages == []
+    turn, _ = run_turn(chat, "after the reset")
+    assert "before the reset" not in turn.rendered  # the model forgot
+    run_command(chat, f"/save {tmp_path / 'all.json'}")
+    run_command(chat, f"/save {tmp_path / 'all.md'}")
+    messages = json.loads((tmp_path / "all.json").read_text())["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "reset", "user", "assistant"]
+    assert messages[0]["content"] == "before the reset" and messages[3]["content"] == "after the reset"
+    markdown = (tmp_path / "all.md").read_text()
+    assert markdown.index("before the reset") < markdown.index("/reset: the conversation started afresh") < markdown.index("after the reset")
+
+
 class StopAt:
     """A display that interrupts the answer from inside, as a second Ctrl-C would."""
 
@@ -397,7 +455,7 @@ def test_a_hard_interrupt_clears_the_caches_and_the_chat_goes_on(pair, sigint_re
     display = StopAt(after=3)
     assert answer(chat, "hello", display, Interrupts()) is None
     assert display.answers[0].interrupted and len(chat.messages) == 2
-    assert pair.target_ctx.tokens == []  # torn down mid-step: nothing cached is trusted
+    assert pair.session.target_ctx.tokens[0] == []  # torn down mid-step: nothing cached is trusted
     display.after = -1
     result = answer(chat, "still there?", display, Interrupts())
     assert result is not None and not result.interrupted and result.stats.generated_tokens == 20
@@ -406,7 +464,7 @@ def test_a_hard_interrupt_clears_the_caches_and_the_chat_goes_on(pair, sigint_re
 
 def test_show_drafts_colours_exactly_the_accepted_draft_tokens(pair):
     from specrun.chat.display import DraftColours
-    from specrun.engine.loop import Step
+    from specrun.engine.generation import Step
 
     model = pair.target_model
     tokens = model.tokenize("the cat sat on the mat", add_special=False, parse_special=False)
@@ -446,17 +504,17 @@ def test_an_answer_ends_at_the_end_of_turn_token_and_the_next_turn_reuses_the_ca
     from conftest import FAMILY_MESSAGE
 
     from specrun.chat.session import ChatSession
-    from specrun.engine.loop import GenerationSettings
+    from specrun.engine.sequence import GenerationSettings
     from specrun.engine.sampling import SamplingParams
 
     chat = ChatSession(im_end_pair, GenerationSettings(max_tokens=40, sampling=SamplingParams(temperature=0)), mode=mode, seed=1)
     turn, answer = run_turn(chat, FAMILY_MESSAGE)
     im_end = im_end_pair.target_model.tokenize("<|im_end|>", add_special=False, parse_special=True)[0]
-    assert answer.stats.stop_reason == "eog" and turn.loop.generated[-1] == im_end
+    assert answer.stats.stop_reason == "eog" and turn.generation.generated[-1] == im_end
     assert answer.stats.generated_tokens < 40 and "<|im_end|>" not in answer.text
     second = chat.prepare("and then?")
     assert second.prompt.count(im_end) == 3  # both user turns and the answer: the generated one is not doubled
-    assert second.prefilled <= len(second.prompt) - len(turn.prompt) - len(turn.loop.generated) + 1
+    assert second.prefilled <= len(second.prompt) - len(turn.prompt) - len(turn.generation.generated) + 1
 
 
 def test_k_caps_drafts_under_auto_too(pair):
@@ -466,7 +524,7 @@ def test_k_caps_drafts_under_auto_too(pair):
     assert chat.mode == "auto" and chat.k == defaults.AUTO_K_MAX
     chat.set_k(3)
     turn = chat.prepare("hello")
-    assert turn.k == 3 and turn.loop.policy.controller.k_max == 3
+    assert turn.k == 3 and turn.generation.policy.controller.k_max == 3
     chat.set_mode("draft")
     assert chat.k == 3  # K set by /k holds in every mode
     fresh = session(pair, draft_max=None)

@@ -53,9 +53,34 @@ def test_speculative_json_equals_plain_json_text(tiny_target, tiny_draft):
     assert plain["stats"]["drafted"] == 0
 
 
+ODD_CONTENT = "a\u0000b \u2028 \U0001F327\ufe0f \x7f \U0010FFFF é"  # NUL, separators, emoji, DEL, the last code point
+
+
+def test_nul_and_every_code_point_reach_the_model_through_run_and_chat(tiny_target):
+    """The whole message is rendered and tokenized, NUL included (C strings would cut it there):
+    the prompt `run` and `chat` feed has as many tokens as the rendered conversation."""
+    from specrun.engine.llama import Model
+    from specrun.runtime.chat_format import ChatFormat
+
+    model = Model(tiny_target)
+    try:
+        rendered = ChatFormat(model, print).prompt([{"role": "user", "content": ODD_CONTENT}])
+        cut = ChatFormat(model, print).prompt([{"role": "user", "content": ODD_CONTENT.split("\0")[0]}])
+    finally:
+        model.close()
+    assert "\0" in rendered.text and len(cut.tokens) < len(rendered.tokens)
+    doc = run_json("-", "--target", tiny_target, "--draft", "none", "-n", "2", "--temp", "0", stdin=ODD_CONTENT)
+    assert doc["stats"]["prompt_tokens"] == len(rendered.tokens)
+    line = json.dumps({"role": "user", "content": ODD_CONTENT}) + "\n"
+    chat = specrun("chat", "--jsonl", "--target", tiny_target, "--draft", "none", "-n", "2", "--temp", "0", stdin=line)
+    assert chat.returncode == 0, chat.stderr
+    assert f"prompt {len(rendered.tokens)} tok" in chat.stderr
+
+
 def test_json_schema(tiny_target, tiny_draft):
     doc = run_json("x", *models(tiny_target, tiny_draft), "-n", "8", *GREEDY, "--seed", "3")
-    assert set(doc) == {"text", "stats", "models", "settings", "placement"}
+    assert set(doc) == {"text", "reasoning_content", "stats", "models", "settings", "placement"}
+    assert doc["reasoning_content"] is None  # the tiny models' template has no think tags
     assert set(doc["stats"]) >= {
         "prompt_tokens", "generated_tokens", "time_to_first_token_s", "decode_tokens_per_s", "total_time_s",
         "drafted", "accepted", "acceptance_rate", "mean_tokens_per_step", "acceptance_by_position",
@@ -141,11 +166,20 @@ def test_no_prompt_exits_2(tiny_target):
     one_line_error(specrun("run", "--target", tiny_target, "--draft", "none"), 2, "no prompt")
 
 
-def test_incompatible_pair_exits_3_before_loading_weights(tiny_target, tiny_bigger_vocab, tmp_path):
-    one_line_error(specrun("run", "hi", "--target", tiny_target, "--draft", tiny_bigger_vocab), 3, "cannot draft")
-    # A draft whose weights are garbage but whose vocabulary differs is refused on the vocabulary.
-    other = write_tiny_gguf(tmp_path / "bos.gguf", bos_id=3)
+def test_incompatible_pair_exits_3_before_loading_weights(tiny_target, tiny_lossy, tmp_path):
+    one_line_error(specrun("run", "hi", "--target", tiny_target, "--draft", tiny_lossy), 3, "cannot draft")
+    # A draft whose vocabulary shares neither tokens nor text with the target's is refused on the vocabulary.
+    other = write_tiny_gguf(tmp_path / "bos.gguf", bos_id=3, token_overrides={0xF0: "[lost]"})
     one_line_error(specrun("run", "hi", "--target", tiny_target, "--draft", other), 3, "BOS")
+
+
+def test_a_template_that_refuses_the_conversation_is_one_line_and_exit_2(tmp_path):
+    template = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+                "{{ messages[0]['content'] }}")
+    strict = write_tiny_gguf(tmp_path / "strict.gguf", chat_template=template)
+    result = specrun("run", "hi", "--system", "be brief", "--target", strict, "--draft", "none", "-n", "2")
+    one_line_error(result, 2, "the chat template of strict.gguf refused the conversation: System role not supported")
+    assert specrun("run", "hi", "--target", strict, "--draft", "none", "-n", "2").returncode == 0
 
 
 def test_unknown_option_is_a_usage_error(tiny_target):
@@ -241,3 +275,12 @@ def test_draft_max_is_the_cap_in_every_mode_and_auto_says_its_default(tiny_targe
     assert capped["settings"]["draft_max"] == 3 and len(capped["stats"]["drafted_by_position"]) <= 3
     fixed = run_json("abc", *models(tiny_target, tiny_draft), "-n", "8", *GREEDY, "--spec", "draft")
     assert fixed["settings"]["draft_max"] == 4
+
+
+def test_a_child_started_in_another_folder_runs_this_checkouts_specrun(tmp_path):
+    from cli_helpers import CHECKOUT
+
+    result = subprocess.run([sys.executable, "-c", "import specrun; print(specrun.__file__)"], cwd=tmp_path, env=cli_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(CHECKOUT / "specrun" / "__init__.py")

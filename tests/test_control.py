@@ -9,7 +9,7 @@ import pytest
 from sim_control import GPU, SCENARIOS, Costs, compare
 
 from specrun.engine.auto.control import Choice, Controller, expected_tokens
-from specrun.engine.auto.estimates import AnchoredCurve, CostCurve, DrafterEstimates, PositionRates
+from specrun.engine.auto.estimates import CalibratedCurve, CostCurve, DrafterEstimates, PositionRates
 
 CPU = Costs(noise=0.0)
 FLAT = Costs(plain=0.020, verify_points={1: 1.0}, verify_slope=0.02, noise=0.0)
@@ -222,11 +222,11 @@ def test_trim_keeps_the_prefix_worth_most_counting_every_later_token():
         conf = [rng.random() ** 0.3 for _ in range(12)]
         worth = []
         tokens, survive = 1.0, 1.0
-        worth.append(tokens - value * c.batch_cost(1, 12))
+        worth.append(tokens - value * c.verify(1))
         for m, x in enumerate(conf, start=1):
             survive *= x
             tokens += survive
-            worth.append(tokens - value * c.batch_cost(m + 1, 12))
+            worth.append(tokens - value * c.verify(m + 1))
         assert worth[c.trim(conf, 12)] == pytest.approx(max(worth))
     assert c.trim([0.8] + [0.99] * 15, 16) >= 8
 
@@ -401,71 +401,16 @@ def test_trim_does_not_count_tokens_the_proposal_does_not_have():
     assert c.trim([0.95] * 15, 15) == 15
 
 
-class RecordingModel:
-    """A draft model stand-in: records what it is asked to read and draft."""
-
-    name = "draft"
-
-    def __init__(self, cached: int = 0):
-        self.cached = cached
-        self.prefilled: list = []
-        self.caught_up: list = []
-
-    def prefill(self, prompt):
-        self.prefilled.append(list(prompt))
-
-    def behind(self, history):
-        return len(history) - self.cached
-
-    def catch_up(self, history):
-        self.caught_up.append(len(history))
-        self.cached = len(history) - 1
-
-    def propose(self, history, k):
-        from specrun.engine.drafting.protocol import Draft
-
-        return Draft([7] * k, None, [1.0] * k)
-
-    def feedback(self, drafted, accepted):
-        pass
-
-
-class EmptyLookup:
-    name = "ngram"
-
-    def propose(self, history, k):
-        from specrun.engine.drafting.protocol import Draft
-
-        return Draft()
-
-
-def test_auto_never_reads_the_prompt_into_the_draft_model_at_prefill():
-    """Time to first token is plain decoding's: the draft model catches up only when picked."""
-    from specrun.engine.auto.policy import AutoPolicy
-
-    promising = Controller(["ngram", "draft"], 8)
-    promising.seed({1: 0.020, 5: 0.022, 9: 0.024}, {"draft": 0.001})
-    model = RecordingModel()
-    policy = AutoPolicy(promising, lookup=EmptyLookup(), model=model, catchup_token_s=0.0001)
-    policy.prefill([1, 2, 3])
-    assert model.prefilled == []
-    plan = next(p for p in (policy.plan(list(range(50)), 100) for _ in range(4)) if p.name == "draft")
-    assert plan.draft.tokens and model.caught_up == [50]
-
-
 def test_a_draft_model_whose_catch_up_cannot_be_repaid_is_not_tried():
     """With few tokens left, catching the draft model up on a long history costs more than any
     speedup could return: auto decodes plain instead of warming it up."""
-    from specrun.engine.auto.policy import AutoPolicy
-
     c = Controller(["ngram", "draft"], 8)
     c.seed({1: 0.020, 5: 0.022, 9: 0.024}, {"draft": 0.001})
-    model = RecordingModel()
-    policy = AutoPolicy(c, lookup=EmptyLookup(), model=model, catchup_token_s=0.001)
-    history = list(range(4000))  # 4 s of catch-up against at most ~1 s to gain over 60 tokens
-    assert all(policy.plan(history, 60).name is None for _ in range(10))
-    assert model.caught_up == []
-    assert any(policy.plan(list(range(40)), 2000).name == "draft" for _ in range(4))  # a short history: worth it
+    catch_up = c.catch_up_seconds("draft", 4000)  # 4 s of catch-up against at most ~1 s to gain over 60 tokens
+    assert catch_up == pytest.approx(4.0, rel=0.01)
+    assert all(c.choose([], remaining=60, catchup_s={"draft": catch_up}).drafter is None for _ in range(10))
+    short = c.catch_up_seconds("draft", 40)
+    assert any(c.choose([], remaining=2000, catchup_s={"draft": short}).drafter == "draft" for _ in range(4))  # worth it
 
 
 def test_a_lookup_draft_is_taken_when_it_promises_more_than_plain_decoding():
@@ -499,7 +444,7 @@ def test_a_machine_slower_than_at_calibration_raises_every_size_not_only_the_one
 
 
 def test_a_size_that_keeps_its_own_deviation_is_learned_beside_the_level():
-    curve = AnchoredCurve(CALIBRATED)
+    curve = CalibratedCurve(CALIBRATED)
     for _ in range(40):
         curve.add(1, 0.030)
         curve.add(2, 0.045)  # cheaper than calibrated, step after step
@@ -527,17 +472,11 @@ def test_a_lookup_draft_fills_the_cheapest_batch_it_fits_in():
     assert short.drafter is None or short.k <= 13
 
 
-def test_trim_counts_a_batch_at_the_cost_of_the_cheapest_one_it_fits_in():
-    c = Controller(["ngram"], 31)
-    c.seed(TILED)
-    assert c.batch_cost(14, 20) == pytest.approx(0.285)
-    assert c.batch_cost(14, 12) == pytest.approx(c.verify(14))
-
-
 def test_tokens_not_worth_verifying_alone_ride_along_when_the_batch_costs_no_more():
     c = Controller(["ngram"], 31, warmup_steps=0)
     c.seed(TILED)
     confidence = [0.95] * 12 + [0.0] * 19
-    assert c.trim(confidence, 31) == 12
+    assert c.trim(confidence[:13], 13) == 12  # 13 tokens in hand: the 13th is not worth its verify row
+    assert c.trim(confidence, 31) == 15
     choice = c.choose(confidence)
     assert choice.drafter == "ngram" and choice.k == 15  # a 16-token pass costs less than 13 tokens'

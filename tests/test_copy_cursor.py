@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from specrun.engine.drafting.prompt_lookup import PromptLookupDrafter
+from specrun.engine.drafting.prompt_lookup import PromptLookup
 
 # A source with a "variable" (50) used twice, inside a prompt; answers edit it. The answer copies
 # 9 tokens before the first change: long enough to count as an edit of the source, not a chance repeat.
@@ -20,7 +20,7 @@ def _follow(drafter, answer, ends):
 
 
 def test_a_copy_of_the_prompt_drafts_the_rest_of_it():
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     draft = drafter.propose(PROMPT + SOURCE[:3], 8)
     assert draft.tokens == SOURCE[3:7]  # found by 3 tokens, as a match of 3: up to 4 tokens
     assert drafter.cursor.synced
@@ -34,7 +34,7 @@ def test_a_short_copy_that_breaks_is_found_again_only_as_a_match():
     source = [1, 2, 3, 4, 50, 5, 6, 7, 8, 9, 10, 11, 12]
     prompt = [100] + source + [101]
     answer = [1, 2, 3, 4, 60, 5, 6]
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     for end in (3, 5, 7):
         drafter.propose(prompt + answer[:end], 4)
     assert drafter.cursor.synced and not drafter.cursor.found_near
@@ -42,14 +42,14 @@ def test_a_short_copy_that_breaks_is_found_again_only_as_a_match():
 
 
 def test_right_after_a_change_nothing_is_drafted_from_the_copy():
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     _follow(drafter, RENAMED, (3, 7))
     draft = drafter.propose(PROMPT + RENAMED[: X + 1], 9)
     assert not drafter.cursor.synced and draft.tokens == []
 
 
 def test_a_replacement_seen_once_is_learned_as_a_rule():
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     _follow(drafter, RENAMED, (3, 7, X + 1))
     draft = drafter.propose(PROMPT + RENAMED[: X + 3], 6)  # 10 and 11 found the copy again past 50
     assert drafter.cursor.synced and drafter.cursor.found_near
@@ -58,7 +58,7 @@ def test_a_replacement_seen_once_is_learned_as_a_rule():
 
 
 def test_a_rule_the_answer_contradicts_is_dropped():
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     _follow(drafter, RENAMED, (3, 7, X + 1, X + 3))
     assert (50,) in drafter.cursor.rules
     second = SOURCE.index(50, X + 1)
@@ -74,15 +74,15 @@ def test_after_a_change_the_copy_is_found_again_nearest_ahead_not_most_recently(
     source = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 77, 11, 12, 20, 21, 22, 23, 11, 30, 31]
     prompt = [100] + source + [101]
     history = prompt + source[:10] + [55, 11]
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     drafter.propose(prompt + source[:3], 4)
     drafter.propose(prompt + source[:10] + [55], 4)
     assert drafter.propose(history, 3).tokens == [12, 20, 21]
-    assert PromptLookupDrafter(follow_copies=False).propose(history, 2).tokens == [30]
+    assert PromptLookup(follow_copies=False).propose(history, 2).tokens == [30]
 
 
 def test_a_new_prompt_forgets_the_rules_and_the_place():
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     _follow(drafter, RENAMED, (3, 7, X + 1, X + 3))
     assert drafter.cursor.rules
     draft = drafter.propose(PROMPT + SOURCE[:3], 8)
@@ -91,7 +91,7 @@ def test_a_new_prompt_forgets_the_rules_and_the_place():
 
 
 def test_a_chat_that_goes_on_keeps_the_rules():
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     _follow(drafter, RENAMED, (3, 7, X + 1, X + 3))
     drafter.propose(PROMPT + RENAMED + [103, 104], 4)  # the next turn extends the history
     assert drafter.cursor.rules == {(50,): (60,)}
@@ -99,7 +99,7 @@ def test_a_chat_that_goes_on_keeps_the_rules():
 
 def test_after_any_rewrite_the_draft_equals_a_fresh_drafters():
     rng = random.Random(5)
-    drafter = PromptLookupDrafter(ngram_max=5)
+    drafter = PromptLookup(ngram_max=5)
     history = [rng.randrange(8) for _ in range(40)]
     for _ in range(300):
         if rng.random() < 0.7:
@@ -109,11 +109,11 @@ def test_after_any_rewrite_the_draft_equals_a_fresh_drafters():
         cut = rng.randrange(1, len(history))
         history = history[:cut] + [rng.randrange(8)]
         k = rng.randrange(0, 10)
-        assert drafter.propose(history, k).tokens == PromptLookupDrafter(ngram_max=5).propose(history, k).tokens
+        assert drafter.propose(history, k).tokens == PromptLookup(ngram_max=5).propose(history, k).tokens
 
 
 def test_copy_confidence_grows_with_the_run_and_is_learned_per_run_length():
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     assert drafter.confidence(2, kind="edit") < drafter.confidence(16, kind="edit")
     _follow(drafter, RENAMED, (3, 7, X + 1))
     history = PROMPT + RENAMED[: X + 3]
@@ -132,11 +132,11 @@ def test_one_matching_token_far_from_the_break_does_not_resume_the_copy():
     source = list(range(1, 12)) + [90] + list(range(200, 240)) + [300, 301, 302]
     prompt = [100] + source + [101]
     answer = source[:11] + [55, 300]  # 300 occurs only 41 tokens past the break
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     _ = [drafter.propose(prompt + answer[:end], 4) for end in (3, 11, 12, 13)]
     assert not drafter.cursor.synced
     near = source[:11] + [55, 200]  # 200 follows the break at once
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     _ = [drafter.propose(prompt + near[:end], 4) for end in (3, 11, 12, 13)]
     assert drafter.cursor.synced and drafter.propose(prompt + near, 2).tokens == [201, 202]
 
@@ -145,7 +145,7 @@ def test_an_insertion_resumes_the_copy_where_it_broke_without_a_rule():
     source = list(range(1, 31))
     prompt = [100] + source + [101]
     answer = source[:9] + [70, 71] + source[9:12]
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     _ = [drafter.propose(prompt + answer[:end], 4) for end in (3, 8, 10, 11, 12)]
     assert drafter.propose(prompt + answer, 4).tokens == source[12:16]
     assert drafter.cursor.rules == {}
@@ -155,7 +155,7 @@ def test_an_insertion_before_a_replaced_token_keeps_the_rule():
     """`low` became `low_stock` just before `d`, which had become `inventory` before: the answer
     departed before the rule's replacement began, which neither contradicts nor replaces it."""
     second = SOURCE.index(50, X + 1)
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     _follow(drafter, RENAMED, (3, 7, X + 1, X + 3))
     answer = RENAMED[:second] + [77, 60, 14, 15]  # a token inserted before the renamed 50
     for end in range(second, len(answer) + 1):

@@ -84,3 +84,13 @@ def test_efficiency():
     assert efficiency(0.5, 2.0) == 0.25
     assert efficiency(None, 2.0) is None
     assert efficiency(1.0, None) is None
+
+
+def test_a_gpu_shapes_verification_flat_and_keeps_the_draft_share():
+    from specrun.bench.costmodel import on_a_gpu
+
+    costs = Costs(0.030, {5: 0.120, 9: 0.200}, 0.006)
+    gpu = on_a_gpu(costs)
+    assert gpu.verify(5) == gpu.verify(9) == gpu.verify(1) == pytest.approx(0.030)
+    assert gpu.draft_token_s == costs.draft_token_s
+    assert predicted_speedup(0.8, 4, gpu) == pytest.approx(3.3616 * 0.030 / (4 * 0.006 + 0.030))

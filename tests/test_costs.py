@@ -11,7 +11,7 @@ from specrun.engine.auto import costs as costs_module
 from specrun.engine.auto.control import Controller
 from specrun.engine.auto.costs import Conditions, DecodeCosts, judge
 from specrun.engine.auto.drift import DISAGREE, WINDOW
-from specrun.engine.loop import GenerationSettings
+from specrun.engine.sequence import GenerationSettings
 from specrun.engine.sampling import SamplingParams
 from specrun.runtime import cost_cache
 from specrun.runtime.pair import Pair, PairConfig
@@ -57,15 +57,15 @@ def test_pair_measures_costs_once_then_reads_them(tmp_path, monkeypatch, tiny_ta
     monkeypatch.setattr(cost_cache, "judge", lambda costs, threads=1: [])  # whatever the machine is doing now
     notices: list[str] = []
     first = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
-    costs = first.speculation.decode_costs()
+    costs = first.session.decode_costs()
     first.close()
     assert len(notices) == 1 and "measuring decode costs" in notices[0]
     assert {1, 2, 5, 15, 16, 17, 31, 32} <= set(costs.verify_s) and costs.draft_token_s > 0
     second = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
     try:
-        assert second.speculation.decode_costs() == costs and len(notices) == 1
+        assert second.session.decode_costs() == costs and len(notices) == 1
         other_threads = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=2), warn=notices.append)
-        other_threads.speculation.decode_costs()
+        other_threads.session.decode_costs()
         other_threads.close()
         assert sum("measuring" in n for n in notices) == 2  # another thread count is another machine configuration
     finally:
@@ -142,7 +142,7 @@ def test_a_calibration_under_load_is_used_once_and_the_next_run_measures_again(t
     monkeypatch.setattr(costs_module, "Meter", BusyMeter)
     busy = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
     try:
-        assert busy.speculation.decode_costs().conditions.cpu_share == 0.4
+        assert busy.session.decode_costs().conditions.cpu_share == 0.4
     finally:
         busy.close()
     assert any("not kept" in n and "CPU" in n for n in notices)
@@ -150,7 +150,7 @@ def test_a_calibration_under_load_is_used_once_and_the_next_run_measures_again(t
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     idle = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=notices.append)
     try:
-        costs = idle.speculation.decode_costs()
+        costs = idle.session.decode_costs()
         assert costs.conditions.cpu_share != 0.4 and sum("measuring" in n for n in notices) == 2
     finally:
         idle.close()
@@ -163,8 +163,8 @@ def test_offloaded_passes_record_no_cpu_share(monkeypatch, tiny_target, tiny_dra
     pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=256, threads=1), warn=lambda line: None)
     try:
         tokens = pair.prompt_tokens("offloaded", chat=False)
-        local = costs_module.measure(pair.target_ctx, pair.draft_ctx, tokens, (1, 2), reps=1)
-        offloaded = costs_module.measure(pair.target_ctx, pair.draft_ctx, tokens, (1, 2), reps=1, offloaded=True)
+        local = costs_module.measure(pair.session.target_ctx, pair.session.draft_ctx, tokens, (1, 2), reps=1)
+        offloaded = costs_module.measure(pair.session.target_ctx, pair.session.draft_ctx, tokens, (1, 2), reps=1, offloaded=True)
     finally:
         pair.close()
     assert local.conditions.cpu_share == 0.4 and any("CPU" in r for r in judge(local))
@@ -183,15 +183,16 @@ def test_cached_costs_that_steps_prove_far_too_high_are_corrected_then_dropped(t
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
     try:
-        key = pair.speculation.costs_key()
+        key = pair.costs_key()
         poisoned = costs_of({1: 3.1, 2: 4.6, 5: 9.3, 16: 15.5, 32: 26.4}, 2.65)
         assert cost_cache.store(key, poisoned, 1) == []
-        assert pair.speculation.decode_costs() == poisoned  # read back: nothing in it looks wrong
-        loop = pair.loop(GenerationSettings(max_tokens=40, sampling=SamplingParams(temperature=0), ignore_eos=True), mode="auto")
-        list(loop.run(pair.prompt_tokens("poisoned", chat=False)))
-        factor = loop.stats.policy["seeded_costs_off_by"]
+        assert pair.session.decode_costs() == poisoned  # read back: nothing in it looks wrong
+        generation = pair.generation(pair.prompt_tokens("poisoned", chat=False),
+                                     GenerationSettings(max_tokens=40, sampling=SamplingParams(temperature=0), ignore_eos=True), mode="auto")
+        list(generation.run())
+        factor = generation.stats.policy["seeded_costs_off_by"]
         assert factor is not None and factor < 1 / DISAGREE
-        assert loop.policy.controller.verify(16) < 1.0  # every seeded cost was scaled, not only those timed
+        assert generation.policy.controller.verify(16) < 1.0  # every seeded cost was scaled, not only those timed
         assert cost_cache.load(key, 1) is None  # the next run measures again
     finally:
         pair.close()
@@ -225,24 +226,25 @@ def test_what_auto_learned_carries_over_to_the_next_process(tmp_path, monkeypatc
     settings = GenerationSettings(max_tokens=60, sampling=SamplingParams(temperature=0), ignore_eos=True)
     first = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
     try:
-        first.speculation.costs = gpu_like
-        loop = first.loop(settings, mode="auto")
-        list(loop.run(first.prompt_tokens("abc abc abc abc abc abc abc abc", chat=False)))
-        learned = loop.policy.controller.learned()
-        assert loop.stats.drafted > 0
+        first.session.costs = gpu_like
+        generation = first.generation(first.prompt_tokens("abc abc abc abc abc abc abc abc", chat=False), settings, mode="auto")
+        list(generation.run())
+        learned = generation.policy.controller.learned()
+        assert generation.stats.drafted > 0
     finally:
         first.close()
     assert cost_cache.LEARNED.path().exists()
     second = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
     try:
-        second.speculation.costs = gpu_like
-        policy = second.speculation.policy("auto", settings, None)
-        fresh = Controller(["ngram", "draft"], policy.controller.k_max)
-        restored = policy.controller.tracks["ngram"].accept.rates()
-        assert restored != fresh.tracks["ngram"].accept.rates()  # not the priors
-        used = [t for t in learned["ngram"]["accept"]["t"] if t]
-        assert used and policy.controller.tracks["ngram"].accept.trials[0] <= 8.0  # weighed as a prior, not a verdict
-        assert policy.lookup.state()["first"]  # the lookup's estimates came back too
+        second.session.costs = gpu_like
+        policy, lookup = second.session.policy("auto", settings)
+        controller = policy.controller
+        fresh = Controller(["ngram", "draft"], controller.k_max)
+        name = next(n for n, state in learned.items() if any(state["accept"]["t"]))  # a drafter the first run used
+        restored = controller.tracks[name].accept.rates()
+        assert restored != fresh.tracks[name].accept.rates()  # not the priors
+        assert controller.tracks[name].accept.trials[0] <= 8.0  # weighed as a prior, not a verdict
+        assert lookup.state()["first"]  # the lookup's estimates came back too
     finally:
         second.close()
 
@@ -251,15 +253,19 @@ def test_fresh_mode_starts_every_generation_anew_and_keeps_nothing(tmp_path, mon
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
     try:
-        pair.speculation.costs = costs_of({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, 0.001)
-        pair.speculation.fresh = True
+        session = pair.session
+        session.costs = costs_of({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, 0.001)
         settings = GenerationSettings(max_tokens=20, sampling=SamplingParams(temperature=0), ignore_eos=True)
-        first, second = (pair.loop(settings, mode="auto") for _ in range(2))
-        assert first.policy.controller is not second.policy.controller
-        list(first.run(pair.prompt_tokens("abc abc abc", chat=False)))
+        tokens = pair.prompt_tokens("abc abc abc", chat=False)
+
+        def controller(fresh: bool):
+            generation = session.generation(tokens, settings, mode="auto", fresh=fresh)
+            return generation, generation.policy.controller
+
+        first, first_controller = controller(True)
+        assert first_controller is not controller(True)[1]
+        list(first.run())
         assert not cost_cache.LEARNED.path().exists()
-        pair.speculation.fresh = False
-        third, fourth = (pair.loop(settings, mode="auto") for _ in range(2))
-        assert third.policy.controller is fourth.policy.controller
+        assert controller(False)[1] is controller(False)[1]
     finally:
         pair.close()

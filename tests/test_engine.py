@@ -8,7 +8,7 @@ import pytest
 
 from specrun.engine.auto.costs import DecodeCosts
 from specrun.engine.llama import Context, Model
-from specrun.engine.loop import GenerationSettings
+from specrun.engine.sequence import GenerationSettings
 from specrun.engine.sampling import SamplingParams
 from specrun.runtime.pair import Pair, PairConfig
 
@@ -22,10 +22,10 @@ def settings(**kw) -> GenerationSettings:
 
 
 def run(pair: Pair, prompt: str, use_draft: bool, mode: str = "draft", **kw):
-    loop = pair.loop(settings(**kw), mode=mode if use_draft else "off")
-    steps = list(loop.run(pair.prompt_tokens(prompt, chat=False)))
+    generation = pair.generation(pair.prompt_tokens(prompt, chat=False), settings(**kw), mode=mode if use_draft else "off")
+    steps = list(generation.run())
     tokens = [t for s in steps for t in s.tokens]
-    return tokens, "".join(s.text for s in steps), loop.stats, steps
+    return tokens, "".join(s.text for s in steps), generation.stats, steps
 
 
 @pytest.fixture(scope="module")
@@ -68,34 +68,36 @@ def test_every_step_emits_at_least_one_token(draft_pair):
 def fresh_logits(model: Model, tokens: list[int]) -> np.ndarray:
     ctx = Context(model, n_ctx=512, n_threads=1)  # KV in f16: caches agree to ~1e-3, not bit for bit
     try:
-        return ctx.decode(tokens, "last")
+        return ctx.feed(0, tokens, "last")
     finally:
         ctx.close()
 
 
 def test_kv_caches_match_a_fresh_context_after_partial_and_full_acceptance(draft_pair):
-    loop = draft_pair.loop(settings(max_tokens=60), mode="draft")
     prompt = draft_pair.prompt_tokens("kv check", chat=False)
+    generation = draft_pair.generation(prompt, settings(max_tokens=60), mode="draft")
     history = list(prompt)
     seen = set()
-    for step in loop.run(prompt):
+    for step in generation.run():
         history.extend(step.tokens)
         if not step.drafted:
             continue
         seen.add("full" if step.accepted == step.drafted else "partial")
-        target = loop.target
-        assert target.tokens == history[:-1]
-        base = len(target.tokens)
-        cached = target.decode([history[-1]], "last")
-        target.trim(base)
+        target = generation.engine.target
+        assert target.tokens[0] == history[:-1]
+        base = len(target.tokens[0])
+        cached = target.feed(0, [history[-1]], "last")
+        target.trim(0, base)
         assert np.allclose(cached, fresh_logits(draft_pair.target_model, history), atol=2e-2)
-        draft_ctx = loop.policy.drafter.ctx
+        draft_ctx = generation.engine.model.ctx
         # The draft cache still holds every accepted token: at most the last drafted token (never
-        # decoded) and the target's token are missing, so the next sync feeds at most two tokens.
-        assert draft_ctx.common_prefix(history) >= len(history) - 2
-        logits = loop.policy.drafter.sync(history)
-        assert draft_ctx.tokens == history
+        # decoded) and the target's token are missing, so the next proposal feeds at most two tokens.
+        assert draft_ctx.common_prefix(0, history) >= len(history) - 2
+        draft_ctx.trim(0, draft_ctx.common_prefix(0, history))
+        logits = draft_ctx.feed(0, history[len(draft_ctx.tokens[0]):], "last")
+        assert draft_ctx.tokens[0] == history
         assert np.allclose(logits, fresh_logits(draft_pair.draft_model, history), atol=2e-2)
+        draft_ctx.trim(0, len(history) - 1)
     assert seen == {"full", "partial"}
 
 
@@ -109,7 +111,7 @@ def test_stop_string_ends_generation(draft_pair):
 def test_context_full_stops_with_reason(tiny_target, tiny_draft):
     pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=64, threads=1))
     try:
-        n_ctx = pair.target_ctx.n_ctx  # llama.cpp may round the size up
+        n_ctx = pair.session.n_ctx  # llama.cpp may round the size up
         tokens, _, stats, _ = run(pair, "hello", use_draft=True, max_tokens=n_ctx + 50)
         assert stats.stop_reason == "context"
         assert stats.prompt_tokens + len(tokens) == n_ctx + 1  # the last token is never fed back
@@ -144,8 +146,9 @@ def first_two_distribution(pair: Pair, prompt: list[int], sampling: SamplingPara
 @pytest.mark.parametrize("mode", ["ngram", "auto"])
 def test_the_lookup_matches_the_ngram_range_of_the_settings(close_pair, mode):
     settings = GenerationSettings(ngram_min=2, ngram_max=5)
-    policy = close_pair.speculation.policy(mode, settings, np.random.default_rng(0))
-    lookup = policy.drafter if mode == "ngram" else policy.lookup
+    policy, persistent = close_pair.session.policy(mode, settings)
+    close_pair.session.engine.configure(policy)
+    lookup = persistent if mode == "auto" else close_pair.session.engine.lookup.state(0)
     assert (lookup.index.n_min, lookup.index.n_max) == (2, 5)
 
 
@@ -173,19 +176,19 @@ RUNS = 1500
 CHI2_999 = 26.12  # 99.9% quantile at 8 degrees of freedom: a correct sampler fails one time in a thousand
 
 
-def sampled_fit(pair: Pair, prompt: list[int], mode: str, before_run=None) -> tuple[float, int, tuple]:
+def sampled_fit(pair: Pair, prompt: list[int], mode: str, before_run=None, sampling: SamplingParams = SAMPLING) -> tuple[float, int, tuple]:
     """Pearson chi-square of the first two sampled tokens over RUNS seeds against the target's
     exact distribution (at most 9 cells with top-k 3), the tokens drafted in all, and the counts."""
-    exact = first_two_distribution(pair, prompt, SAMPLING)
+    exact = first_two_distribution(pair, prompt, sampling)
     counts = dict.fromkeys(exact, 0)
     drafted = 0
     for seed in range(RUNS):
         if before_run is not None:
             before_run()
-        loop = pair.loop(settings(max_tokens=3, sampling=SAMPLING, seed=seed, draft_max=2), mode=mode)
-        tokens = [t for s in loop.run(prompt) for t in s.tokens]
+        generation = pair.generation(prompt, settings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2), mode=mode)
+        tokens = [t for s in generation.run() for t in s.tokens]
         counts[(tokens[0], tokens[1])] += 1
-        drafted += loop.stats.drafted
+        drafted += generation.stats.drafted
     chi2 = sum((counts[c] - RUNS * p) ** 2 / (RUNS * p) for c, p in exact.items())
     return chi2, drafted, (chi2, counts, exact)
 
@@ -197,10 +200,11 @@ GPU_LIKE = DecodeCosts({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, 0.
 def gpu_like(draft_pair):
     """Costs as on a GPU, where a verify batch costs about one token, so auto drafts (as the tiny
     models on a CPU might not); the controller then learns from the steps it times."""
-    saved = draft_pair.speculation.costs, draft_pair.speculation.auto
-    draft_pair.speculation.costs, draft_pair.speculation.auto = GPU_LIKE, None
+    session = draft_pair.session
+    saved = session.costs, session._auto
+    session.costs, session._auto = GPU_LIKE, None
     yield draft_pair
-    draft_pair.speculation.costs, draft_pair.speculation.auto = saved
+    session.costs, session._auto = saved
 
 
 @pytest.mark.parametrize("mode", ["draft", "ngram", "hybrid", "auto"])
@@ -228,7 +232,7 @@ def test_ngram_mode_needs_no_draft_model(tiny_target):
         spec, _, stats, _ = run(pair, prompt, use_draft=True, mode="ngram", max_tokens=40)
         assert spec == plain and stats.drafted > 0
         with pytest.raises(Exception, match="needs a draft model"):
-            pair.loop(settings(), mode="draft")
+            pair.generation([1], settings(), mode="draft")
     finally:
         pair.close()
 
@@ -244,13 +248,14 @@ def test_draft_p_min_stops_unsure_drafts_but_never_below_draft_min(draft_pair):
 
 
 def test_auto_estimates_carry_over_between_generations(draft_pair):
-    first = draft_pair.loop(settings(max_tokens=20), mode="auto")
-    list(first.run(draft_pair.prompt_tokens("carry", chat=False)))
-    steps_after_first = first.policy.controller.steps
-    second = draft_pair.loop(settings(max_tokens=20), mode="auto")
-    assert second.policy.controller is first.policy.controller
-    list(second.run(draft_pair.prompt_tokens("over", chat=False)))
-    assert second.policy.controller.steps > steps_after_first > 0
+    first = draft_pair.generation(draft_pair.prompt_tokens("carry", chat=False), settings(max_tokens=20), mode="auto")
+    list(first.run())
+    controller = first.policy.controller
+    steps_after_first = controller.steps
+    second = draft_pair.generation(draft_pair.prompt_tokens("over", chat=False), settings(max_tokens=20), mode="auto")
+    assert second.policy.controller is controller
+    list(second.run())
+    assert controller.steps > steps_after_first > 0
 
 
 @pytest.mark.parametrize("mode", ["ngram", "hybrid", "auto"])
@@ -260,15 +265,16 @@ def test_sampled_first_two_tokens_follow_the_target_distribution_in_every_mode(c
     prompt holds every printable character, so the first token is usually found in it and the
     lookup drafts the token that followed it."""
     prompt = close_pair.prompt_tokens("".join(chr(c) for c in range(33, 127)), chat=False)
-    saved = close_pair.speculation.costs, close_pair.speculation.auto
+    session = close_pair.session
+    saved = session.costs, session._auto
 
     def afresh() -> None:  # auto starts afresh from GPU-like costs every run: it drafts, then learns
-        close_pair.speculation.costs, close_pair.speculation.auto = GPU_LIKE, None
+        session.costs, session._auto = GPU_LIKE, None
 
     try:
         chi2, drafted, detail = sampled_fit(close_pair, prompt, mode, afresh)
     finally:
-        close_pair.speculation.costs, close_pair.speculation.auto = saved
+        session.costs, session._auto = saved
     assert drafted > RUNS // 10  # the drafter really proposed, in many runs
     assert chi2 < CHI2_999, detail
 
@@ -281,7 +287,7 @@ def eos_pair(tiny_dir):
 
     found = family_pair(tiny_dir, "gpt2", "<|endoftext|>")
     pair = Pair(PairConfig(found.target, found.draft, ctx_size=512, threads=1))
-    pair.speculation.costs = GPU_LIKE
+    pair.session.costs = GPU_LIKE
     yield pair, FAMILY_PROMPT
     pair.close()
 
@@ -292,10 +298,10 @@ def test_generation_stops_at_the_end_of_generation_token(eos_pair, mode):
     eos = pair.target_model.tokenize("<|endoftext|>", add_special=False, parse_special=True)[0]
     full, _, _, _ = run(pair, prompt, use_draft=True, mode="off", max_tokens=40)  # ignore_eos: runs past it
     end = full.index(eos)
-    loop = pair.loop(settings(max_tokens=40, ignore_eos=False, draft_max=6), mode=mode)
-    steps = list(loop.run(pair.prompt_tokens(prompt, chat=False)))
+    generation = pair.generation(pair.prompt_tokens(prompt, chat=False), settings(max_tokens=40, ignore_eos=False, draft_max=6), mode=mode)
+    steps = list(generation.run())
     tokens = [t for s in steps for t in s.tokens]
-    assert loop.stats.stop_reason == "eog" and steps[-1].finished == "eog"
+    assert generation.stats.stop_reason == "eog" and steps[-1].finished == "eog"
     assert tokens == full[: end + 1]  # everything up to and including the end token, nothing after
     assert "<|endoftext|>" not in "".join(s.text for s in steps)  # the control token prints nothing
 
@@ -304,11 +310,11 @@ def test_an_empty_prompt_is_refused_and_leaves_the_caches_as_they_were(draft_pai
     from specrun.errors import InputError
 
     before, _, _, _ = run(draft_pair, "steady", use_draft=True, max_tokens=20)
-    cached = list(draft_pair.target_ctx.tokens)
-    loop = draft_pair.loop(settings(max_tokens=5), mode="draft")
+    cached = list(draft_pair.session.target_ctx.tokens[0])
+    generation = draft_pair.generation([], settings(max_tokens=5), mode="draft")
     with pytest.raises(InputError, match="empty"):
-        list(loop.run([]))
-    assert draft_pair.target_ctx.tokens == cached
+        list(generation.run())
+    assert draft_pair.session.target_ctx.tokens[0] == cached
     after, _, _, _ = run(draft_pair, "steady", use_draft=True, max_tokens=20)
     assert after == before
 
@@ -317,17 +323,17 @@ def test_the_cache_cannot_be_trimmed_below_zero_or_lose_step_with_its_mirror(tin
     model = Model(tiny_target)
     ctx = Context(model, n_ctx=128, n_threads=1)
     try:
-        ctx.decode([1, 2, 3], "none")
+        ctx.feed(0, [1, 2, 3], "none")
         with pytest.raises(ValueError):
-            ctx.trim(-1)
-        assert ctx.tokens == [1, 2, 3]
+            ctx.trim(0, -1)
+        assert ctx.tokens[0] == [1, 2, 3]
         with pytest.raises(Exception, match="llama_decode failed"):
-            ctx.decode([4, model.n_vocab + 5], "last")  # an id the model lacks: llama.cpp refuses the batch
-        assert ctx.tokens == [1, 2, 3]
-        assert np.allclose(ctx.decode([4], "last"), fresh_logits(model, [1, 2, 3, 4]), atol=2e-2)
+            ctx.feed(0, [4, model.n_vocab + 5], "last")  # an id the model lacks: llama.cpp refuses the batch
+        assert ctx.tokens[0] == [1, 2, 3]
+        assert np.allclose(ctx.feed(0, [4], "last"), fresh_logits(model, [1, 2, 3, 4]), atol=2e-2)
         ctx.clear()
-        assert ctx.tokens == []
-        assert np.allclose(ctx.decode([1, 2, 3, 4], "last"), fresh_logits(model, [1, 2, 3, 4]), atol=2e-2)
+        assert ctx.tokens[0] == []
+        assert np.allclose(ctx.feed(0, [1, 2, 3, 4], "last"), fresh_logits(model, [1, 2, 3, 4]), atol=2e-2)
     finally:
         ctx.close()
         model.close()
@@ -338,8 +344,8 @@ def test_all_logits_span_several_batches(tiny_target):
     ctx = Context(model, n_ctx=256, n_threads=1, n_batch=32)
     try:
         tokens = [(7 * i) % 250 + 1 for i in range(80)]
-        rows = ctx.decode(tokens, "all")
-        assert rows.shape == (80, model.n_vocab) and ctx.tokens == tokens
+        rows = ctx.feed(0, tokens, "all")
+        assert rows.shape == (80, model.n_vocab) and ctx.tokens[0] == tokens
         # Chunked or not, each row is that position's logits (to f16 KV-cache rounding).
         assert np.allclose(rows[-1], fresh_logits(model, tokens), atol=5e-2)
         assert np.allclose(rows[40], fresh_logits(model, tokens[:41]), atol=5e-2)
@@ -354,14 +360,31 @@ def test_draft_max_caps_auto_like_every_other_mode(gpu_like, cap):
     prompt = "abc abc abc abc abc abc abc abc abc abc"
     _, _, stats, steps = run(gpu_like, prompt, use_draft=True, mode="auto", max_tokens=60, draft_max=cap)
     assert stats.drafted > 0 and max(s.drafted for s in steps) <= cap
-    assert gpu_like.speculation.auto[1].k_max == cap
+    assert gpu_like.session.engine.policy.controller.k_max == cap
     assert stats.policy["drafters"]["ngram"]["acceptance_by_position"].__len__() == cap
 
 
 def test_auto_caps_at_its_own_default_without_draft_max(gpu_like):
     from specrun import defaults
 
-    loop = gpu_like.loop(GenerationSettings(max_tokens=10, sampling=GREEDY, seed=1), mode="auto")
-    assert loop.policy.controller.k_max == defaults.AUTO_K_MAX
-    fixed = gpu_like.loop(GenerationSettings(max_tokens=10, sampling=GREEDY, seed=1), mode="draft")
-    assert fixed.policy.k == defaults.DRAFT_MAX
+    auto = gpu_like.generation([1], GenerationSettings(max_tokens=10, sampling=GREEDY, seed=1), mode="auto")
+    assert auto.policy.controller.k_max == defaults.AUTO_K_MAX
+    fixed = gpu_like.generation([1], GenerationSettings(max_tokens=10, sampling=GREEDY, seed=1), mode="draft")
+    assert fixed.policy.k_max == defaults.DRAFT_MAX
+
+
+def test_auto_never_reads_the_prompt_into_the_draft_model_at_prefill(gpu_like):
+    """Time to first token is plain decoding's under auto: the draft model catches up only when
+    picked. The fixed draft mode reads the prompt into it alongside the target's prefill."""
+    prompt = gpu_like.prompt_tokens("the answer is", chat=False)
+    draft_ctx = gpu_like.session.draft_ctx
+    for mode, read_at_prefill in (("auto", False), ("draft", True)):
+        gpu_like.session.reset()
+        generation = gpu_like.generation(prompt, settings(max_tokens=40), mode=mode)
+        run = generation.run()
+        next(run)  # the prefill and the first token
+        assert (draft_ctx.tokens[0] == prompt) == read_at_prefill
+        steps = list(run)
+        if mode == "auto":
+            assert any(s.drafter == "draft" for s in steps)  # picked later, and caught up then
+            assert draft_ctx.common_prefix(0, prompt) == len(prompt)

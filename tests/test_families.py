@@ -18,7 +18,7 @@ from cli_helpers import specrun
 from conftest import FAMILY_MESSAGE, FAMILY_PROMPT
 from tiny_models import family_vocabulary, greedy_tokens
 
-from specrun.engine.loop import GenerationSettings
+from specrun.engine.sequence import GenerationSettings
 from specrun.engine.sampling import SamplingParams
 from specrun.runtime.pair import Pair, PairConfig
 
@@ -113,11 +113,11 @@ def test_the_end_of_turn_token_itself_ends_the_answer(family):
     pair, _, _, eot = family
     with load(pair) as loaded:
         settings = GenerationSettings(max_tokens=MAX_TOKENS, sampling=SamplingParams(temperature=0.0), seed=1, draft_max=4)
-        loop = loaded.loop(settings, mode="draft")
-        steps = list(loop.run(loaded.prompt_tokens(FAMILY_PROMPT, chat=False)))
+        generation = loaded.generation(loaded.prompt_tokens(FAMILY_PROMPT, chat=False), settings, mode="draft")
+        steps = list(generation.run())
     tokens = [t for s in steps for t in s.tokens]
     assert tokens[-1] == eot and eot not in tokens[:-1]
-    assert loop.stats.stop_reason == "eog"
+    assert generation.stats.stop_reason == "eog"
 
 
 def test_bos_comes_once_first_for_target_and_draft(family):
@@ -130,11 +130,11 @@ def test_bos_comes_once_first_for_target_and_draft(family):
             prompt = loaded.prompt_tokens(FAMILY_MESSAGE if chat else FAMILY_PROMPT, chat=chat)
             assert prompt[0] == bos and prompt.count(bos) == 1, (chat, prompt)
             settings = GenerationSettings(max_tokens=MAX_TOKENS, sampling=SamplingParams(temperature=0.0), seed=1, draft_max=4)
-            loop = loaded.loop(settings, mode="draft")
-            list(loop.run(prompt))
-            assert loop.stats.drafted > 0
-            for ctx in (loaded.target_ctx, loaded.draft_ctx):
-                assert ctx.tokens[: len(prompt)] == prompt, (chat, ctx.tokens[:8])
+            generation = loaded.generation(prompt, settings, mode="draft")
+            list(generation.run())
+            assert generation.stats.drafted > 0
+            for ctx in (loaded.session.target_ctx, loaded.session.draft_ctx):
+                assert ctx.tokens[0][: len(prompt)] == prompt, (chat, ctx.tokens[0][:8])
     if vocab == "spm":
         assert bos == 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from model_fixtures import (  # noqa: F401 - isolated_fixture provides `isolated`
     bundle_toml,
+    fake_hub,
     isolated_fixture,
     make_chunk_dists,
     populate_hf_cache,
@@ -159,6 +161,88 @@ def test_hf_download_failure_is_one_line(isolated, monkeypatch):
     with pytest.raises(FetchError) as err:
         fetch.hf_fetch(fetch.parse_hf_spec("hf:o/r/f.gguf"))
     assert "could not download o/r/f.gguf" in err.value.message and "\n" not in err.value.message
+
+
+# ---- pinned Hugging Face files -------------------------------------------------------------------
+
+
+def pinned_registry(tmp_path, file: str, sha256, revision: str | None = "v1.0") -> Path:
+    pin = f'"{sha256}"' if isinstance(sha256, str) else "[" + ", ".join(f'"{d}"' for d in sha256) + "]"
+    rev = f', revision = "{revision}"' if revision else ""
+    return write_registry(tmp_path / "pinned.toml", f'[[model]]\nname = "pinned"\nhf = {{ repo = "o/pinned", file = "{file}"{rev}, sha256 = {pin} }}\n')
+
+
+def test_a_pinned_download_that_matches_is_kept_and_the_revision_is_asked_for(isolated, tmp_path, monkeypatch, tiny_draft):
+    data = tiny_draft.read_bytes()
+    calls: list = []
+    fake_hub(monkeypatch, {"m.gguf": data}, calls)
+    reg = load_registry(pinned_registry(tmp_path, "m.gguf", hashlib.sha256(data).hexdigest().upper()))
+    assert reg.model("pinned").hf.sha256 == (hashlib.sha256(data).hexdigest(),)  # pins are kept lower-case
+    path = fetch.fetch_model(reg.model("pinned"))
+    assert calls == [("o/pinned", "m.gguf", "v1.0")]
+    assert path.read_bytes() == data
+
+
+def test_a_pinned_download_that_differs_is_deleted_with_both_hashes_named(isolated, tmp_path, monkeypatch, tiny_draft):
+    data = tiny_draft.read_bytes()
+    fake_hub(monkeypatch, {"m.gguf": data}, [])
+    wrong = "0123456789abcdef" * 4
+    reg = load_registry(pinned_registry(tmp_path, "m.gguf", wrong))
+    with pytest.raises(FetchError) as err:
+        fetch.fetch_model(reg.model("pinned"))
+    actual = hashlib.sha256(data).hexdigest()
+    assert err.value.message == f"o/pinned/m.gguf has sha256 {actual}, but the registry pins {wrong}; the download was deleted"
+    assert err.value.exit_code == 1 and "\n" not in err.value.one_line()
+    repo_dir = isolated / "hf" / "models--o--pinned"
+    assert not (repo_dir / "blobs" / actual).exists() and not (repo_dir / "snapshots" / ("c" * 40) / "m.gguf").is_symlink()
+
+
+def test_each_shard_of_a_split_model_is_checked_against_its_own_pin(isolated, tmp_path, monkeypatch, tiny_draft, tiny_target):
+    one, two = tiny_draft.read_bytes(), tiny_target.read_bytes()
+    names = ["s-00001-of-00002.gguf", "s-00002-of-00002.gguf"]
+    fake_hub(monkeypatch, dict(zip(names, (one, two))), [])
+    good = [hashlib.sha256(one).hexdigest(), hashlib.sha256(two).hexdigest()]
+    assert fetch.fetch_model(load_registry(pinned_registry(tmp_path, names[0], good, None)).model("pinned")).name == names[0]
+    shutil.rmtree(isolated / "hf" / "models--o--pinned")
+    with pytest.raises(FetchError, match=f"o/pinned/{names[1]} has sha256 {good[1]}, but the registry pins {good[0]}"):
+        fetch.fetch_model(load_registry(pinned_registry(tmp_path, names[0], [good[0], good[0]], None)).model("pinned"))
+
+
+def test_a_cached_file_is_checked_by_its_blob_name_and_never_deleted(isolated, tmp_path, monkeypatch, tiny_draft):
+    data = tiny_draft.read_bytes()
+    snap = populate_hf_cache(isolated / "hf", "o/pinned", "m.gguf", data)
+    monkeypatch.setattr(bundle, "_sha256_file", lambda *a, **k: pytest.fail("a cached, blob-named file was read"))
+    good = hashlib.sha256(data).hexdigest()
+    assert fetch.fetch_model(load_registry(pinned_registry(tmp_path, "m.gguf", good, None)).model("pinned")) == snap
+    with pytest.raises(FetchError) as err:
+        fetch.fetch_model(load_registry(pinned_registry(tmp_path, "m.gguf", "f" * 64, None)).model("pinned"))
+    assert err.value.message == f"o/pinned/m.gguf in the Hugging Face cache has sha256 {good}, but the registry pins {'f' * 64}"
+    assert str(snap) in err.value.hint and snap.read_bytes() == data
+
+
+def test_a_pinned_revision_picks_its_snapshot_in_the_cache(isolated, tmp_path, tiny_draft, tiny_target):
+    old, new = tiny_draft.read_bytes(), tiny_target.read_bytes()
+    kept = populate_hf_cache(isolated / "hf", "o/pinned", "m.gguf", old, commit="1" * 40)
+    populate_hf_cache(isolated / "hf", "o/pinned", "m.gguf", new, commit="2" * 40)  # main moved on
+    reg = load_registry(pinned_registry(tmp_path, "m.gguf", hashlib.sha256(old).hexdigest(), "1" * 40))
+    assert fetch.fetch_model(reg.model("pinned")) == kept  # offline: the pinned commit's copy, not main's
+    reg = load_registry(pinned_registry(tmp_path, "m.gguf", hashlib.sha256(old).hexdigest(), "3" * 40))
+    with pytest.raises(FetchError, match="is not in the Hugging Face cache"):
+        fetch.fetch_model(reg.model("pinned"))
+
+
+@pytest.mark.parametrize("pin, fragment", [
+    ('"abc"', "not 64 hex digits"),
+    ('["' + "a" * 64 + '", "' + "b" * 64 + '"]', "must be one digest"),
+    ("3", "must be a non-empty str or list"),
+])
+def test_bad_pins_are_refused(tmp_path, pin, fragment):
+    from specrun.models.registry import parse_text
+
+    with pytest.raises(RegistryError, match=fragment):
+        parse_text(f'[[model]]\nname = "x"\nhf = {{ repo = "o/r", file = "x.gguf", sha256 = {pin} }}\n', "bad.toml")
+    with pytest.raises(RegistryError, match="a list of 3 digests, one per shard"):
+        parse_text(f'[[model]]\nname = "x"\nhf = {{ repo = "o/r", file = "x-00001-of-00003.gguf", sha256 = "{"a" * 64}" }}\n', "bad.toml")
 
 
 # ---- pip bundles ---------------------------------------------------------------------------------

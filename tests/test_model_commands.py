@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 import typer
 from model_fixtures import (  # noqa: F401 - isolated_fixture provides `isolated`
     bundle_toml,
+    fake_hub,
     isolated_fixture,
     make_chunk_dists,
     populate_hf_cache,
@@ -93,12 +95,13 @@ def test_pull_assembles_once_and_prints_paths(capsys, world, tiny_draft, tiny_ta
     target, draft = out.splitlines()
     assert Path(target) == tiny_target
     assert Path(draft).read_bytes() == tiny_draft.read_bytes()
-    assert "assembling chunky" in err and "tt: already present" in err
+    sha = hashlib.sha256(tiny_draft.read_bytes()).hexdigest()
+    assert "assembling chunky" in err and "tt: already present\n" in err and f"chunky: sha256 {sha}\n" in err
     code, out2, err2 = invoke(capsys, "pull", "--registry", str(world))  # default pair, again: nothing to do
     assert code == 0 and out2 == out
-    assert "chunky: already present" in err2 and "assembling" not in err2
+    assert f"chunky: already present, sha256 {sha}" in err2 and "assembling" not in err2
     code, out3, _ = invoke(capsys, "pull", "chunky", "--json", "--registry", str(world))
-    assert json.loads(out3)["pulled"] == [{"name": "chunky", "path": draft, "was": "present"}]
+    assert json.loads(out3)["pulled"] == [{"name": "chunky", "path": draft, "was": "present", "sha256": [sha]}]
 
 
 def test_pull_errors(capsys, world):
@@ -108,6 +111,72 @@ def test_pull_errors(capsys, world):
     assert code == 1 and "o/remote/r.gguf" in err and "specrun pull remote" in err
     code, _, err = invoke(capsys, "pull", "hf:o/remote", "--registry", str(world))
     assert code == 2 and "malformed" in err
+
+
+def test_a_registry_model_named_like_a_path_is_refused_before_anything_is_written(capsys, isolated, tmp_path, tiny_draft, monkeypatch):
+    payload = tiny_draft.read_bytes()
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    prefix = f"evilchunk-{abs(hash(str(tmp_path))) % 10**8}"
+    make_chunk_dists(site, payload, prefix, 2)
+    reg = write_registry(tmp_path / "evil.toml", f'[[model]]\nname = "../../x"\nbundle = {bundle_toml(prefix, 2, payload)}\n')
+    outside = isolated / "cache"  # $XDG_CACHE_HOME: specrun/models/../../x.gguf lands here
+    victim = outside / ".x.gguf.1234.tmp"  # a name the stale-temp cleanup would have deleted
+    victim.write_text("someone else's file")
+    before = sorted(p.name for p in outside.iterdir())
+    code, out, err = invoke(capsys, "pull", "../../x", "--registry", str(reg))
+    assert code == 2 and out == ""
+    assert err.strip() == (f"specrun: error: [[model]] #1 in {reg} has the name '../../x', which cannot be a file name "
+                           "(use only letters, digits and . _ + -, and not . or ..)")
+    assert victim.read_text() == "someone else's file" and sorted(p.name for p in outside.iterdir()) == before
+
+
+def test_bundle_paths_refuse_unsafe_names_built_in_code(tmp_path):
+    from specrun.errors import RegistryError
+    from specrun.models import bundle
+
+    assert bundle.target_path("ok-1.5b", tmp_path) == tmp_path / "models" / "ok-1.5b.gguf"
+    for name in ("../x", "..", "a/b"):
+        with pytest.raises(RegistryError, match="cannot be a file name"):
+            bundle.target_path(name, tmp_path)
+
+
+def test_pull_prints_the_sha256_of_what_it_downloaded(capsys, world, monkeypatch, tiny_other):
+    data = tiny_other.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    fake_hub(monkeypatch, {"r.gguf": data, "x.gguf": data}, [])
+    code, out, err = invoke(capsys, "pull", "remote", "--registry", str(world))
+    assert code == 0 and Path(out.strip()).read_bytes() == data
+    assert f"remote: sha256 {sha}\n" in err
+    code, out, err = invoke(capsys, "pull", "hf:o/other/x.gguf", "--json")
+    assert code == 0 and json.loads(out)["pulled"][0]["sha256"] == [sha] and json.loads(out)["pulled"][0]["was"] == "fetched"
+    code, _, err = invoke(capsys, "pull", "remote", "--registry", str(world))  # present now: named by its cache blob
+    assert code == 0 and f"remote: already present, sha256 {sha}" in err
+
+
+def test_pull_prints_one_sha256_per_shard_of_a_split_model(capsys, isolated, monkeypatch, tiny_other, tiny_draft):
+    one, two = tiny_other.read_bytes(), tiny_draft.read_bytes()
+    names = ["s-00001-of-00002.gguf", "s-00002-of-00002.gguf"]
+    fake_hub(monkeypatch, dict(zip(names, (one, two))), [])
+    digests = [hashlib.sha256(one).hexdigest(), hashlib.sha256(two).hexdigest()]
+    code, out, err = invoke(capsys, "pull", f"hf:o/split/{names[0]}")
+    assert code == 0 and Path(out.strip()).name == names[0]
+    assert f"hf:o/split/{names[0]}: sha256 {digests[0]}, {digests[1]}\n" in err  # in shard order, to paste as a list
+    code, out, _ = invoke(capsys, "pull", f"hf:o/split/{names[0]}", "--json")
+    assert code == 0 and json.loads(out)["pulled"][0] | {"path": None} == {
+        "name": f"hf:o/split/{names[0]}", "path": None, "was": "present", "sha256": digests}
+
+
+def test_pull_of_a_download_that_differs_from_its_pin_exits_1_with_one_line(capsys, isolated, tmp_path, monkeypatch, tiny_other):
+    data = tiny_other.read_bytes()
+    fake_hub(monkeypatch, {"r.gguf": data}, [])
+    reg = write_registry(tmp_path / "pin.toml", f'[[model]]\nname = "pinned"\nhf = {{ repo = "o/p", file = "r.gguf", sha256 = "{"e" * 64}" }}\n')
+    code, out, err = invoke(capsys, "pull", "pinned", "--registry", str(reg))
+    errors = [line for line in err.splitlines() if "error" in line]  # the other stderr line: "verifying …" progress
+    assert code == 1 and out == "" and len(errors) == 1 and errors[0].startswith("specrun: error: o/p/r.gguf has sha256")
+    assert f"sha256 {hashlib.sha256(data).hexdigest()}, but the registry pins {'e' * 64}; the download was deleted" in err
+    assert not list((isolated / "hf" / "models--o--p" / "blobs").iterdir())
 
 
 def test_pull_hf_spec_from_cache(capsys, isolated, tiny_other):
@@ -123,12 +192,18 @@ def test_check_compatible_and_not(capsys, isolated, tmp_path, tiny_target, tiny_
     assert "token text  ok" in out
     bad = write_tiny_gguf(tmp_path / "bos.gguf", bos_id=265)
     code, out, _ = invoke(capsys, "check", str(tiny_target), str(bad))
-    assert code == 3
-    assert out.strip().endswith("incompatible: BOS id: target 264, draft 265")
+    assert code == 0  # no token means the same, but the text does: it drafts through text
+    assert "incompatible tokens: BOS id: target 264, draft 265" in out and out.strip().splitlines()[-1].startswith("drafts through text")
     code, out, _ = invoke(capsys, "check", str(tiny_target), str(bad), "--json")
     doc = json.loads(out)
-    assert code == 3 and doc["compatible"] is False and doc["first_failure"].startswith("BOS id")
+    assert code == 0 and doc["compatible"] is False and doc["drafting"] == "text" and doc["first_failure"].startswith("BOS id")
     assert [r["rule"] for r in doc["rules"]][:2] == ["vocab type", "add BOS"]
+    lossy = write_tiny_gguf(tmp_path / "lossy.gguf", bos_id=265, token_overrides={0xF0: "[lost]"})
+    code, out, _ = invoke(capsys, "check", str(tiny_target), str(lossy), "--json")
+    doc = json.loads(out)
+    assert code == 3 and doc["drafting"] is None
+    code, out, _ = invoke(capsys, "check", str(tiny_target), str(lossy))
+    assert code == 3 and "cannot draft through text either: the draft's tokenizer" in out
 
 
 def test_check_defaults_and_errors(capsys, world, tmp_path, tiny_target):
@@ -162,10 +237,14 @@ def test_drafts_lists_compatible_local_files_smallest_first(capsys, isolated, tm
     doc = json.loads(out)
     assert doc["target"] == str(target)
     found = [(Path(d["path"]).name, d["found_in"]) for d in doc["drafts"]]
-    assert set(found) == {("small.gguf", str(models)), ("other.gguf", "HF cache (o/tiny)"), ("medium.gguf", str(models))}
-    sizes = [d["size"] for d in doc["drafts"]]
-    assert sizes == sorted(sizes) and Path(doc["drafts"][-1]["path"]) == medium
-    assert all(0 < d["ratio"] < 1 and d["compatible"] for d in doc["drafts"])
+    tokens = [d for d in doc["drafts"] if d["drafting"] == "token"]
+    assert set(found) == {("small.gguf", str(models)), ("other.gguf", "HF cache (o/tiny)"), ("medium.gguf", str(models)),
+                          ("wrong-bos.gguf", str(models))}
+    assert doc["drafts"][: len(tokens)] == tokens and [d["drafting"] for d in doc["drafts"][len(tokens):]] == ["text"]  # text-level ones after
+    sizes = [d["size"] for d in tokens]
+    assert sizes == sorted(sizes) and Path(tokens[-1]["path"]) == medium
+    assert all(0 < d["ratio"] < 1 and d["compatible"] for d in tokens)
+    assert Path(doc["drafts"][-1]["path"]).name == "wrong-bos.gguf" and not doc["drafts"][-1]["compatible"]
     assert hf.exists()
 
     code, out, _ = invoke(capsys, "drafts", str(target), "--search", str(models), "--all")
@@ -173,7 +252,7 @@ def test_drafts_lists_compatible_local_files_smallest_first(capsys, isolated, tm
     assert "no: BOS id: target 264, draft 265" in out
     assert "broken.gguf" in out and "not a GGUF" in out
     assert "bigger.gguf" not in out and "split-00002" not in out and "target-copy" not in out
-    assert out.splitlines()[0].split() == ["DRAFT", "SIZE", "RATIO", "FOUND", "IN", "COMPATIBLE"]
+    assert out.splitlines()[0].split() == ["DRAFT", "SIZE", "RATIO", "DRAFTS", "FOUND", "IN", "COMPATIBLE"]
 
 
 def test_drafts_nothing_found_and_bad_search_dir(capsys, isolated, tmp_path):
@@ -218,4 +297,39 @@ def test_real_check_exit_codes(capsys):
     code, out, _ = invoke(capsys, "check")
     assert code == 0 and "151936" in out
     code, out, _ = invoke(capsys, "check", "qwen2.5-coder-0.5b", "smollm2-135m")
-    assert code == 3 and "incompatible: BOS id" in out
+    # tokens differ, text does not: the pair drafts through text, so check passes and says how
+    assert code == 0 and "incompatible tokens: BOS id" in out and "drafts through text" in out
+
+
+def test_drafts_skips_unreadable_files_with_one_line_each_and_lists_the_rest(capsys, isolated, tmp_path):
+    """The folders drafts scans hold whatever was put there: a file the reader refuses (here one
+    that once raised RecursionError, one that raised OverflowError, one that took seconds) is one
+    line on stderr, and every readable draft is still listed."""
+    from gguf_bytes import FLOAT32, header, model, nested_array, scalar, string, u32, u64
+
+    models = tmp_path / "models"
+    models.mkdir()
+    target = write_tiny_gguf(tmp_path / "target.gguf", seed=0, n_layer=4)
+    write_tiny_gguf(models / "a-good.gguf", seed=1, n_layer=1)
+    (models / "b-nested.gguf").write_bytes(header([nested_array("k", 1200)]))
+    (models / "c-alignment.gguf").write_bytes(model([scalar("general.alignment", FLOAT32, float("inf"))], [("t", (8,))]))
+    (models / "d-dims.gguf").write_bytes(header([], [string("t") + u32(40_000) + u64(2**32) * 40_000 + u32(0) + u64(0)]))
+    write_tiny_gguf(models / "e-good.gguf", seed=2, n_layer=2)
+    bad = ["b-nested.gguf", "c-alignment.gguf", "d-dims.gguf"]
+
+    code, out, err = invoke(capsys, "drafts", str(target), "--search", str(models), "--json")
+    assert code == 0, err
+    assert [Path(d["path"]).name for d in json.loads(out)["drafts"]] == ["a-good.gguf", "e-good.gguf"]
+    lines = err.strip().splitlines()
+    assert len(lines) == len(bad) and "Traceback" not in err, err
+    for name, line in zip(sorted(bad), sorted(lines, key=lambda line: next(n for n in bad if n in line))):
+        assert line.startswith("specrun drafts: skipped an unreadable file:") and name in line, line
+        assert "not a readable GGUF model" in line, line
+
+    code, out, err = invoke(capsys, "drafts", str(target), "--search", str(models))
+    assert code == 0 and "a-good.gguf" in out and "e-good.gguf" in out and len(err.strip().splitlines()) == len(bad)
+
+    code, out, err = invoke(capsys, "drafts", str(target), "--search", str(models), "--all")  # said once: in the table
+    assert code == 0 and err == "", err
+    for name in bad:
+        assert next(line for line in out.splitlines() if name in line).rstrip().split("  ")[-1].startswith("no: ")

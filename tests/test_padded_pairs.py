@@ -22,7 +22,7 @@ SMALL_VOCAB = 267  # the unpadded tiny vocabulary; the padded one has 100 more i
 def padded_pair(request, padded_large, padded_small):
     target, draft = (padded_large, padded_small) if request.param == "target-larger" else (padded_small, padded_large)
     pair = Pair(PairConfig(target, draft, ctx_size=512, threads=1))
-    pair.speculation.costs = GPU_LIKE  # a batch costs about one token, so auto drafts here
+    pair.session.costs = GPU_LIKE  # a batch costs about one token, so auto drafts here
     yield pair
     pair.close()
 
@@ -57,23 +57,26 @@ def test_greedy_speculation_equals_plain_and_really_drafts(padded_pair, mode):
 def test_draft_proposals_stay_in_the_target_vocabulary_and_the_draft_reads_only_its_own(padded_pair):
     target_size = padded_pair.target_model.n_vocab
     draft_size = padded_pair.draft_model.n_vocab
-    loop = padded_pair.loop(greedy_settings(max_tokens=60, sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
-                                            seed=3), mode="draft")
+    generation = padded_pair.generation(padded_pair.prompt_tokens("pad", chat=False),
+                                        greedy_settings(max_tokens=60, sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
+                                                        seed=3), mode="draft")
     proposals = []
-    drafter = loop.policy.drafter
+    drafter = generation.engine.model
     original = drafter.propose
 
-    def spy(history, k):
-        draft = original(history, k)
-        proposals.append(draft)
-        return draft
+    def spy(requests):
+        made = original(requests)
+        proposals.extend(made.drafts.values())
+        return made
 
     drafter.propose = spy
-    tokens = [t for step in loop.run(padded_pair.prompt_tokens("pad", chat=False)) for t in step.tokens]
+    try:
+        tokens = [t for step in generation.run() for t in step.tokens]
+    finally:
+        del drafter.propose
     assert proposals and all(t < target_size for d in proposals for t in d.tokens)
-    assert all(q.shape == (target_size,) for d in proposals for q in d.probs)  # q lives on the target's vocabulary
-    assert all(q[draft_size:].sum() == 0 for d in proposals for q in d.probs)
-    assert all(t < draft_size for t in padded_pair.draft_ctx.tokens)
+    assert all(q.ids.max() < min(target_size, draft_size) for d in proposals for q in d.q)  # q only on ids both have
+    assert all(t < draft_size for t in padded_pair.session.draft_ctx.tokens[0])
     assert all(t < target_size for t in tokens)
 
 
@@ -89,7 +92,7 @@ def test_the_padded_target_puts_mass_on_ids_the_draft_lacks(padded_large):
     """The fixture is what the tests above rely on: real probability on the padding ids."""
     pair = Pair(PairConfig(padded_large, None, ctx_size=256, threads=1))
     try:
-        logits = pair.target_ctx.decode(pair.prompt_tokens("pad", chat=False), "last")
+        logits = pair.session.target_ctx.feed(0, pair.prompt_tokens("pad", chat=False), "last")
         probs = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0).probs(logits)
         assert probs[SMALL_VOCAB:].sum() > 0.05
         assert np.isclose(probs.sum(), 1.0)

@@ -1,4 +1,4 @@
-"""Prompt lookup and the hybrid drafter: which match is copied, how much, and what is learned."""
+"""Prompt lookup, and hybrid drafting on it: which match is copied, how much, and what is learned."""
 
 from __future__ import annotations
 
@@ -7,75 +7,78 @@ import random
 import numpy as np
 import pytest
 
-from specrun.engine.drafting.hybrid import HybridDrafter
-from specrun.engine.drafting.prompt_lookup import NgramIndex, PromptLookupDrafter
-from specrun.engine.drafting.protocol import Draft
+from specrun.defaults import LOOKUP, MODEL
+from specrun.engine.auto.plan import Candidate, Option, fixed
+from specrun.engine.drafting.lookup import LookupDrafter
+from specrun.engine.drafting.protocol import DraftRequest
+from specrun.engine.sampling import SamplingParams, make_rng
+from specrun.engine.drafting.prompt_lookup import NgramIndex, PromptLookup
 
 
 def test_no_match_gives_an_empty_deterministic_draft():
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     draft = drafter.propose([1, 2, 3, 4, 5], 8)
-    assert draft.tokens == [] and draft.probs is None
+    assert draft.tokens == [] and draft.q is None
     assert drafter.name == "ngram"
 
 
 def test_single_token_history_and_zero_k():
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     assert drafter.propose([7], 4).tokens == []
     assert drafter.propose([7, 1, 7], 0).tokens == []
 
 
 def test_copies_what_followed_the_earlier_occurrence():
-    draft = PromptLookupDrafter().propose([10, 11, 12, 13, 14, 99, 10, 11, 12], 8)
+    draft = PromptLookup().propose([10, 11, 12, 13, 14, 99, 10, 11, 12], 8)
     # match of 3 tokens (10 11 12) earns up to 4 tokens: 13 14 99 10
     assert draft.tokens == [13, 14, 99, 10]
-    assert draft.probs is None
+    assert draft.q is None
     assert len(draft.confidence) == len(draft.tokens)
 
 
 def test_longest_match_wins_over_a_more_recent_shorter_one():
     # "1 2 3" was followed by 9 long ago; "2 3" alone was followed by 7 more recently
     history = [1, 2, 3, 9, 50, 2, 3, 7, 51, 1, 2, 3]
-    assert PromptLookupDrafter().propose(history, 1).tokens == [9]
+    assert PromptLookup().propose(history, 1).tokens == [9]
 
 
 def test_most_recent_of_equally_long_matches_wins():
     history = [5, 6, 1, 40, 5, 6, 2, 41, 5, 6]
-    assert PromptLookupDrafter().propose(history, 1).tokens == [2]
+    assert PromptLookup().propose(history, 1).tokens == [2]
 
 
 def test_draft_length_grows_with_match_length():
-    drafter = PromptLookupDrafter(max_draft=16)
+    drafter = PromptLookup(k_max=16)
     assert [drafter.draft_length(n) for n in range(1, 7)] == [1, 2, 4, 8, 16, 16]
     body = list(range(100, 140))
     for n, expected in ((1, 1), (2, 2), (3, 4), (4, 8), (5, 16)):
         history = body + [7] + body[:n]  # the suffix matches exactly n tokens of the body
-        assert len(PromptLookupDrafter(max_draft=16).propose(history, 32).tokens) == expected, n
+        assert len(PromptLookup(k_max=16).propose(history, 32).tokens) == expected, n
 
 
 def test_draft_is_capped_by_k_and_max_draft():
     body = list(range(100, 140))
     history = body + [7] + body[:8]
-    assert PromptLookupDrafter().propose(history, 3).tokens == body[8:11]
-    assert PromptLookupDrafter(max_draft=5).propose(history, 32).tokens == body[8:13]
+    assert PromptLookup().propose(history, 3).tokens == body[8:11]
+    assert PromptLookup(k_max=5).propose(history, 32).tokens == body[8:13]
 
 
 def test_ngram_min_ignores_short_matches():
     history = [1, 2, 3, 4, 9, 3, 8, 3]
-    assert PromptLookupDrafter(ngram_min=1).propose(history, 1).tokens == [8]
-    assert PromptLookupDrafter(ngram_min=2).propose(history, 1).tokens == []
+    assert PromptLookup(ngram_min=1).propose(history, 1).tokens == [8]
+    assert PromptLookup(ngram_min=2).propose(history, 1).tokens == []
 
 
 def test_a_repeating_pattern_continues_past_the_end_of_the_history():
     history = [7, 8, 7, 8, 7, 8, 7, 8]
-    assert PromptLookupDrafter().propose(history, 5).tokens == [7, 8, 7, 8, 7]
+    assert PromptLookup().propose(history, 5).tokens == [7, 8, 7, 8, 7]
 
 
 def test_accepts_tuples_and_numpy_arrays():
     history = [10, 11, 12, 13, 14, 99, 10, 11, 12]
-    expected = PromptLookupDrafter().propose(history, 4).tokens
-    assert PromptLookupDrafter().propose(tuple(history), 4).tokens == expected
-    assert PromptLookupDrafter().propose(np.array(history), 4).tokens == expected
+    expected = PromptLookup().propose(history, 4).tokens
+    assert PromptLookup().propose(tuple(history), 4).tokens == expected
+    assert PromptLookup().propose(np.array(history), 4).tokens == expected
 
 
 def test_rejects_an_empty_ngram_range():
@@ -120,7 +123,7 @@ def test_index_follows_a_shortened_or_rewritten_history():
 def test_match_drafts_equal_a_fresh_drafter_through_random_growth_and_rewinds():
     """Without copy following, a draft depends on the history alone, however it was reached."""
     rng = random.Random(3)
-    drafter = PromptLookupDrafter(ngram_max=5, follow_copies=False)
+    drafter = PromptLookup(ngram_max=5, follow_copies=False)
     history = [rng.randrange(8) for _ in range(40)]
     for _ in range(200):
         op = rng.random()
@@ -132,11 +135,11 @@ def test_match_drafts_equal_a_fresh_drafter_through_random_growth_and_rewinds():
             cut = rng.randrange(len(history))
             history = history[:cut] + [rng.randrange(8)] + history[cut + 1 :]
         k = rng.randrange(0, 10)
-        assert drafter.propose(history, k).tokens == PromptLookupDrafter(ngram_max=5, follow_copies=False).propose(history, k).tokens
+        assert drafter.propose(history, k).tokens == PromptLookup(ngram_max=5, follow_copies=False).propose(history, k).tokens
 
 
 def test_confidence_starts_from_match_length_and_learns_from_feedback():
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     assert drafter.confidence(1) == pytest.approx(1 / 3)  # in text written from scratch: n/(n+2)
     assert drafter.confidence(3) == pytest.approx(0.6)
     assert drafter.confidence(1, kind="match+") == pytest.approx(0.5)  # in an answer that copies: n/(n+1)
@@ -164,13 +167,13 @@ def test_matches_failing_at_some_lengths_lower_the_start_of_the_next_length():
     """In a one-shot run evidence is thin and spread over match lengths: an answer that reformats
     its source (meeting notes into action items) has its matches fail at 3, 4 and 5 tokens, and a
     match of 6 should not be trusted as if nothing had been seen."""
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     for n in (3, 4, 5):
         drafter._learn(("match+", n), 0, failed=True)
     prior = 6 / 8
     assert drafter.confidence(6, position=1, kind="match+") < 0.75 * prior
     assert drafter.confidence(6, position=1, kind="match") == pytest.approx(prior)
-    restored = PromptLookupDrafter()
+    restored = PromptLookup()
     restored.restore(drafter.state(), cap=8)  # kept between runs with the rest of the estimates
     assert restored.confidence(6, position=1, kind="match+") == pytest.approx(drafter.confidence(6, position=1, kind="match+"), rel=1e-3)
 
@@ -178,7 +181,7 @@ def test_matches_failing_at_some_lengths_lower_the_start_of_the_next_length():
 def test_matches_that_fail_at_once_or_copy_long_runs_are_not_averaged_into_one_rate():
     """Runs of 0, 0 and 30 accepted tokens: the first token is right a third of the time, but once
     it is, the copy goes on; one rate per token would call the first token 91% likely."""
-    drafter = PromptLookupDrafter(prior_weight=1e-9, decay=1.0)
+    drafter = PromptLookup(prior_weight=1e-9, decay=1.0)
     history = [1, 2, 3, 4, 5, 6, 1, 2]
     for accepted in (0, 0, 30):
         drafter.propose(history, 2)
@@ -188,7 +191,7 @@ def test_matches_that_fail_at_once_or_copy_long_runs_are_not_averaged_into_one_r
 
 
 def test_an_unused_proposal_is_scored_against_the_tokens_that_followed():
-    right, wrong = PromptLookupDrafter(), PromptLookupDrafter()
+    right, wrong = PromptLookup(), PromptLookup()
     history = [1, 2, 3, 4, 5, 6, 1, 2]
     for _ in range(10):
         proposal = right.propose(history, 2).tokens
@@ -200,47 +203,32 @@ def test_an_unused_proposal_is_scored_against_the_tokens_that_followed():
 
 
 def test_feedback_without_a_proposal_is_ignored():
-    drafter = PromptLookupDrafter()
+    drafter = PromptLookup()
     drafter.feedback(3, 1)
     assert drafter.confidence(1) == pytest.approx(1 / 3)
 
 
-class FakeModel:
-    """Stands in for the draft model: records calls, proposes fixed tokens with q rows."""
-
-    name = "draft"
-
-    def __init__(self):
-        self.proposals = 0
-        self.feedbacks: list[tuple[int, int]] = []
-
-    def propose(self, history, k):
-        self.proposals += 1
-        return Draft([0] * k, [np.full(4, 0.25)] * k, [0.9] * k)
-
-    def feedback(self, drafted, accepted):
-        self.feedbacks.append((drafted, accepted))
+def hybrid_choice(lookup: LookupDrafter, history: list[int], k: int) -> tuple[str, int]:
+    """What the hybrid mode drafts with for one sequence: the lookup's proposal in hand, judged
+    by its first token's confidence, else the draft model (engine.auto.plan.fixed)."""
+    draft = lookup.propose([DraftRequest(0, history, k, SamplingParams(temperature=0), make_rng(0))]).drafts[0]
+    options = ([Option(LOOKUP, draft.confidence)] if draft.tokens else []) + [Option(MODEL, [1.0] * k)]
+    return fixed([Candidate(0, options, k)], "hybrid", k, max_rows=64).drafts[0]
 
 
 def test_hybrid_uses_a_confident_lookup_and_routes_feedback_to_it():
-    lookup, model = PromptLookupDrafter(), FakeModel()
-    hybrid = HybridDrafter(lookup, model, min_confidence=0.6)
-    assert hybrid.name == "hybrid"
-    draft = hybrid.propose([10, 11, 12, 13, 14, 99, 10, 11, 12], 4)  # match of 3: confidence 0.75
-    assert draft.tokens == [13, 14, 99, 10] and draft.probs is None
-    assert model.proposals == 0
-    hybrid.feedback(4, 4)
-    assert model.feedbacks == [] and lookup.confidence(3) > 0.75
+    lookup = LookupDrafter(1, 8, k_max=16)
+    history = [10, 11, 12, 13, 14, 99, 10, 11, 12]  # match of 3: confidence 0.75
+    assert hybrid_choice(lookup, history, 4) == (LOOKUP, 4)
+    assert lookup.propose([DraftRequest(0, history, 4, SamplingParams(temperature=0), make_rng(0))]).drafts[0].tokens == [13, 14, 99, 10]
+    lookup.learn(0, 4, 4)
+    assert lookup.state(0).confidence(3) > 0.75
 
 
 def test_hybrid_falls_back_to_the_model_without_a_confident_match():
-    lookup, model = PromptLookupDrafter(), FakeModel()
-    hybrid = HybridDrafter(lookup, model, min_confidence=0.6)
-    assert hybrid.propose([1, 2, 3, 4], 3).probs is not None  # no match at all
-    hybrid.feedback(3, 1)
-    assert hybrid.propose([5, 1, 6, 1], 3).tokens == [0, 0, 0]  # a one-token match: confidence 0.5
-    hybrid.feedback(3, 2)
-    assert model.proposals == 2 and model.feedbacks == [(3, 1), (3, 2)]
+    lookup = LookupDrafter(1, 8, k_max=16)
+    assert hybrid_choice(lookup, [1, 2, 3, 4], 3) == (MODEL, 3)  # no match at all
+    assert hybrid_choice(lookup, [5, 1, 6, 1], 3) == (MODEL, 3)  # a one-token match: confidence 0.5
 
 
 def test_a_match_in_an_answer_that_copies_is_estimated_apart_from_one_in_fresh_text():
@@ -249,7 +237,7 @@ def test_a_match_in_an_answer_that_copies_is_estimated_apart_from_one_in_fresh_t
     from specrun.engine.drafting.copy_cursor import SHARE_WINDOW
 
     source = list(range(100, 160))
-    copying, fresh = PromptLookupDrafter(), PromptLookupDrafter()
+    copying, fresh = PromptLookup(), PromptLookup()
     for drafter, answer in ((copying, source[:SHARE_WINDOW]), (fresh, list(range(500, 500 + SHARE_WINDOW)) + [100, 101])):
         drafter.propose(source + answer[:1], 4)  # the prompt is read, then the answer token by token
         for end in range(2, len(answer) + 1):

@@ -1,15 +1,18 @@
 """The real Qwen2.5-Coder pair: speculative greedy output equals plain output, through the library
-and through `specrun run` with no model flags (the offline default pair)."""
+and through `specrun run` with no model flags (the offline default pair); a chat answer equals
+llama-server --jinja's."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from cli_helpers import specrun
 
+from specrun import generate
 from specrun.engine.identity import check_output, logit_noise, tolerance_from_noise
-from specrun.engine.loop import GenerationSettings
+from specrun.engine.sequence import GenerationSettings
 from specrun.engine.sampling import SamplingParams
 from specrun.runtime.pair import Pair, PairConfig
 
@@ -30,16 +33,16 @@ def greedy_outputs(pair: Pair, tokens: list[int], max_tokens: int = 48):
     settings = GenerationSettings(max_tokens=max_tokens, sampling=SamplingParams(temperature=0.0), draft_max=4)
     outputs, stats = {}, {}
     for mode in ("off", "draft"):
-        loop = pair.loop(settings, mode=mode)
-        outputs[mode] = [t for step in loop.run(tokens) for t in step.tokens]
-        stats[mode] = loop.stats
+        generation = pair.generation(tokens, settings, mode=mode)
+        outputs[mode] = [t for step in generation.run() for t in step.tokens]
+        stats[mode] = generation.stats
     return outputs, stats
 
 
 def judged(pair: Pair, tokens: list[int], output: list[int], tolerance: float):
     """Every token of `output` against the target's own logits (engine.identity)."""
-    result = check_output(pair.target_ctx, tokens, output, tolerance)
-    pair.target_ctx.trim(0)
+    result = check_output(pair.session.target_ctx, tokens, output, tolerance)
+    pair.session.target_ctx.clear()
     return result
 
 
@@ -59,7 +62,7 @@ def test_every_greedy_token_is_the_targets_choice_or_a_measured_near_tie(real_pa
     target over prompt + output: every token is the argmax or within the measured noise of it."""
     tokens = real_pair.prompt_tokens(prompt)
     outputs, _ = greedy_outputs(real_pair, tokens, max_tokens=64)
-    tolerance = tolerance_from_noise(logit_noise(real_pair.target_ctx, tokens))
+    tolerance = tolerance_from_noise(logit_noise(real_pair.session.target_ctx, tokens))
     for mode, output in outputs.items():
         result = judged(real_pair, tokens, output, tolerance)
         assert result.checked == len(output) and not result.violations, (mode, result.to_dict())
@@ -71,15 +74,15 @@ def test_sampling_at_the_default_temperature_in_every_mode(real_pair):
     n_vocab = real_pair.target_model.n_vocab
     for mode in ("draft", "hybrid", "auto"):
         settings = GenerationSettings(max_tokens=32, sampling=SamplingParams(temperature=0.8), seed=11)
-        loop = real_pair.loop(settings, mode=mode)
-        steps = list(loop.run(tokens))
+        generation = real_pair.generation(tokens, settings, mode=mode)
+        steps = list(generation.run())
         output = [t for s in steps for t in s.tokens]
         assert output and all(0 <= t < n_vocab for t in output), mode
         assert "".join(s.text for s in steps).strip(), mode
         if mode == "draft":
-            again = [t for s in real_pair.loop(settings, mode=mode).run(tokens) for t in s.tokens]
+            again = [t for s in real_pair.generation(tokens, settings, mode=mode).run() for t in s.tokens]
             assert again == output  # a seed reproduces sampled text in the fixed modes
-            assert loop.stats.drafted > 0 and loop.stats.accepted > 0
+            assert generation.stats.drafted > 0 and generation.stats.accepted > 0
 
 
 def test_run_with_no_model_flags_uses_the_default_pair():
@@ -88,3 +91,16 @@ def test_run_with_no_model_flags_uses_the_default_pair():
     doc = json.loads(result.stdout)
     assert doc["models"]["target"].endswith(".gguf") and doc["models"]["draft"].endswith(".gguf")
     assert doc["stats"]["generated_tokens"] >= 1 and doc["text"]
+
+
+def test_a_chat_answer_is_the_one_llama_server_jinja_gives(real_pair):
+    """The same request to llama-server --jinja on the same file (tests/data/llama_server, its
+    /apply-template prompt and its greedy answer): the same prompt, token for token in number, and
+    the same text. Its template's default system message makes this answer Chinese."""
+    reference = json.loads((Path(__file__).parent / "data" / "llama_server" / "autumn_rain.json").read_text(encoding="utf-8"))
+    question = reference["request"]["messages"][0]["content"]
+    prompt = real_pair.chat_prompt(question)
+    assert prompt.text == reference["prompt"] and len(prompt.tokens) == reference["prompt_tokens"]
+    result = generate(real_pair, question, mode="off", max_tokens=reference["request"]["max_tokens"], temperature=0.0)
+    assert result.stats.prompt_tokens == reference["prompt_tokens"]
+    assert result.text == reference["content"]

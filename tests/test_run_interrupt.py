@@ -8,8 +8,8 @@ import re
 import pytest
 
 from specrun.cli.run import generate
-from specrun.engine.loop import GenerationSettings, SpeculativeLoop
 from specrun.engine.sampling import SamplingParams
+from specrun.engine.sequence import GenerationSettings, SequenceState
 from specrun.runtime.pair import Pair, PairConfig
 from specrun.terminal import Output
 
@@ -19,7 +19,7 @@ def test_interrupt_after_a_commit_prints_the_committed_text(monkeypatch, tiny_ta
     try:
         tokens = pair.prompt_tokens("interrupt me", chat=False)
         settings = GenerationSettings(max_tokens=60, sampling=SamplingParams(temperature=0.0), draft_max=4, ignore_eos=True)
-        original = SpeculativeLoop._commit
+        original = SequenceState.commit
         calls = {"n": 0}
 
         def commit_then_interrupt(self, step_tokens):
@@ -29,15 +29,15 @@ def test_interrupt_after_a_commit_prints_the_committed_text(monkeypatch, tiny_ta
                 raise KeyboardInterrupt
             return result
 
-        monkeypatch.setattr(SpeculativeLoop, "_commit", commit_then_interrupt)
+        monkeypatch.setattr(SequenceState, "commit", commit_then_interrupt)
         out = Output(stdout=io.StringIO(), stderr=io.StringIO())
         with pytest.raises(KeyboardInterrupt):
             generate(pair, tokens, settings, out, seed=1, mode="draft")
-        monkeypatch.setattr(SpeculativeLoop, "_commit", original)
+        monkeypatch.setattr(SequenceState, "commit", original)
         generated = int(re.search(r"(\d+) tok · ", out.err.getvalue()).group(1))
         assert generated > 4
-        reference = pair.loop(GenerationSettings(max_tokens=generated, sampling=settings.sampling, ignore_eos=True), mode="off")
-        expected = "".join(step.text for step in reference.run(tokens))
+        reference = pair.generation(tokens, GenerationSettings(max_tokens=generated, sampling=settings.sampling, ignore_eos=True), mode="off")
+        expected = "".join(step.text for step in reference.run())
         assert out.out.getvalue() == expected
     finally:
         pair.close()

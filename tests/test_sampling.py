@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from specrun.engine.sampling import SamplingParams, make_rng, sample
+import pytest
+
+from specrun.engine.sampling import Dist, SamplingParams, make_rng, sample, top_ids
 
 LOGITS = np.log(np.array([0.4, 0.3, 0.2, 0.06, 0.04]))
 
@@ -59,3 +61,39 @@ def test_sample_never_returns_a_token_of_probability_zero():
     probs = np.array([0.0, 0.5, 0.0, 0.5, 0.0])
     rng = make_rng(1)
     assert {sample(probs, rng) for _ in range(2000)} == {1, 3}
+
+
+def test_the_top_k_found_from_a_subsample_is_the_exact_top_k():
+    """A vocabulary-sized row: the candidates found without sorting the whole row are exactly
+    argpartition's, ties at the boundary included, whatever the row's order."""
+    rng = make_rng(3)
+    for trial in range(20):
+        logits = (rng.standard_normal(50_000) * 3).astype(np.float32)
+        if trial % 2:
+            logits = np.sort(logits)  # the largest logits all at one end: the subsample sees few of them
+        logits[rng.integers(0, 50_000, 30)] = logits.max()  # ties at the top
+        for k in (1, 40, 500):
+            ids = top_ids(logits, k)
+            assert len(set(ids.tolist())) == len(ids) == k
+            assert np.array_equal(np.sort(logits[ids]), np.sort(logits)[-k:])  # ties may pick either id, never a lower value
+
+
+def test_the_sparse_distribution_is_the_full_vectors_and_draws_the_same_tokens():
+    rng = make_rng(4)
+    logits = (rng.standard_normal(20_000) * 2).astype(np.float32)
+    params = SamplingParams(temperature=0.8)
+    dist = params.dist(logits)
+    dense = params.probs(logits)
+    assert np.isclose(dense.sum(), 1.0) and len(dist.ids) <= params.top_k
+    assert np.allclose(dist.dense(len(logits)), dense)
+    first, second = make_rng(11), make_rng(11)
+    assert [dist.sample(first) for _ in range(200)] == [sample(dense, second) for _ in range(200)]
+
+
+def test_residuals_remove_the_proposal_as_speculative_sampling_defines():
+    p = Dist.from_dense(np.array([0.5, 0.3, 0.2, 0.0]))
+    q = Dist.from_dense(np.array([0.1, 0.6, 0.0, 0.3]))
+    assert np.allclose(p.minus(q).dense(4), np.array([0.4, 0.0, 0.2, 0.0]) / 0.6)
+    assert np.allclose(p.without(0).dense(4), [0.0, 0.6, 0.4, 0.0])
+    assert p.prob(3) == 0.0 and p.prob(1) == pytest.approx(0.3)
+    assert p.minus(p) is None

@@ -94,7 +94,7 @@ def test_answers_that_differ_from_plain_decoding_are_judged_against_the_targets_
 
     from specrun.bench.serve_load import LoadRequest
     from specrun.cli.bench_serve import judge
-    from specrun.engine.loop import GenerationSettings
+    from specrun.engine.sequence import GenerationSettings
     from specrun.engine.sampling import SamplingParams
     from specrun.runtime.pair import Pair, PairConfig
 
@@ -103,7 +103,7 @@ def test_answers_that_differ_from_plain_decoding_are_judged_against_the_targets_
     try:
         prompt = reference.tokens_for_messages([{"role": "user", "content": "hello"}])
         settings = GenerationSettings(max_tokens=12, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
-        greedy = [t for step in reference.loop(settings, mode="off").run(prompt) for t in step.tokens]
+        greedy = [t for step in reference.generation(prompt, settings, mode="off").run() for t in step.tokens]
     finally:
         reference.close()
     wrong = greedy[:5] + [(greedy[5] + 1) % 256] + greedy[6:]  # a token the target would not have chosen

@@ -5,31 +5,11 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
 
 import httpx
 import openai
-from cli_helpers import popen, specrun
-from serve_helpers import WAIT
-
-
-def start(*args: str) -> tuple[subprocess.Popen, str, list[str]]:
-    """Start `specrun serve ARGS --port 0`; return it, its URL, and the stderr lines before it listened."""
-    process = popen("serve", *args, "--port", "0", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
-    for line in process.stderr:
-        lines.append(line)
-        if "listening on" in line:
-            url = line.split("listening on ")[1].split(" ")[0]
-            return process, url.replace("0.0.0.0", "127.0.0.1"), lines
-    process.wait(WAIT)
-    raise AssertionError("".join(lines))
-
-
-def stop(process: subprocess.Popen, sig: int) -> tuple[int, str]:
-    process.send_signal(sig)
-    err = process.stderr.read()
-    return process.wait(WAIT), err
+from cli_helpers import specrun
+from serve_helpers import WAIT, start, stop
 
 
 def test_serve_answers_then_stops_on_sigterm_with_exit_0(tiny_target, tiny_draft):

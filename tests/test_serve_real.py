@@ -28,7 +28,7 @@ TOKENS = 48
 @pytest.fixture(scope="module")
 def server(real_pair_paths):
     target, draft = real_pair_paths
-    pair = Pair(PairConfig(target, draft, ctx_size=CTX), contexts=False)
+    pair = Pair(PairConfig(target, draft, ctx_size=CTX))
     try:
         with served(pair, parallel=4) as running:
             yield running

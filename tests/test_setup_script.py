@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "setup.sh"
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+SCRIPT = SCRIPTS / "setup.sh"
 BASH = shutil.which("bash")
-REAL_TOOLS = ("dirname", "getconf", "grep")
+REAL_TOOLS = ("dirname", "getconf", "grep", "head", "sed")
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 
 pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")
@@ -31,10 +32,11 @@ def fake_tool(folder: Path, name: str, body: str = "exit 0") -> Path:
 
 @pytest.fixture
 def repo(tmp_path) -> Path:
-    """A copy of the repository layout the script needs: scripts/setup.sh, nothing else."""
+    """A copy of the repository layout the script needs: setup.sh and what it uses, nothing else."""
     root = tmp_path / "repo"
     (root / "scripts").mkdir(parents=True)
-    shutil.copy(SCRIPT, root / "scripts" / "setup.sh")
+    for name in ("setup.sh", "cuda-toolkit.sh", "llama_build_check.py"):
+        shutil.copy(SCRIPTS / name, root / "scripts" / name)
     return root
 
 
@@ -59,7 +61,13 @@ def machine(bin_dir: Path, system: str = "Linux", arch: str = "x86_64") -> None:
 def nvidia(bin_dir: Path) -> None:
     """A CUDA toolkit on PATH and a driver that lists one GPU."""
     fake_tool(bin_dir, "nvcc")
-    fake_tool(bin_dir, "nvidia-smi", 'echo "GPU 0: NVIDIA H200 (UUID: GPU-0)"')
+    gpu_driver(bin_dir)
+
+
+def gpu_driver(bin_dir: Path, cuda: str = "13.0") -> None:
+    """A driver for CUDA `cuda` whose nvidia-smi lists one GPU (-L) and prints its usual header."""
+    header = f"| NVIDIA-SMI 580.159.03   Driver Version: 580.159.03   CUDA Version: {cuda}     |"
+    fake_tool(bin_dir, "nvidia-smi", f'case "$1" in -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)";; *) echo "{header}";; esac')
 
 
 def dry_run(repo: Path, bin_dir: Path, **env: str) -> subprocess.CompletedProcess:
@@ -212,3 +220,95 @@ def test_parallel_level_is_honoured(repo, bin_dir):
     machine(bin_dir)
     assert settings(dry_run(repo, bin_dir, CMAKE_BUILD_PARALLEL_LEVEL="7"))["CMAKE_BUILD_PARALLEL_LEVEL"] == "7"
 
+
+
+def test_gpu_without_nvcc_builds_cuda_against_pypi_toolkit_of_the_driver_version(repo, bin_dir, tmp_path):
+    machine(bin_dir)
+    gpu_driver(bin_dir, "13.0")
+    venv = tmp_path / "venv"
+    result = dry_run(repo, bin_dir, SPECRUN_VENV=str(venv))
+    found = settings(result)
+    args = found["CMAKE_ARGS"].split()
+    assert "backend: cuda" in result.stdout and "from PyPI" in result.stdout
+    assert "-DGGML_CUDA=on" in args and "-DGGML_RPC=on" in args
+    assert "-DGGML_CUDA_NO_VMM=ON" in args and f"-DCUDAToolkit_ROOT={venv}/cuda-toolkit" in args
+    assert f"-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath,{venv}/cuda-toolkit/lib" in args  # finds cuBLAS at run time
+    assert found["CUDACXX"] == f"{venv}/cuda-toolkit/bin/nvcc"
+    install = next(line for line in result.stdout.splitlines() if "nvidia-cuda-nvcc" in line)
+    assert install.startswith(f"{venv}/bin/python -m pip install")
+    for name in ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl",
+                 "nvidia-cublas"):
+        assert f"'{name}>=13.0,<13.1'" in install
+    assert not (repo.parent / "python-calls.log").exists(), "the dry run called Python"
+
+
+def test_pypi_toolkit_follows_the_driver_minor_version(repo, bin_dir):
+    machine(bin_dir)
+    gpu_driver(bin_dir, "13.2")
+    assert "'nvidia-cublas>=13.0,<13.3'" in dry_run(repo, bin_dir).stdout
+
+
+def test_gpu_with_a_cuda_12_driver_and_no_nvcc_is_not_built_for_cuda_and_says_why(repo, bin_dir):
+    machine(bin_dir)
+    gpu_driver(bin_dir, "12.4")
+    result = dry_run(repo, bin_dir)
+    assert "backend: cpu" in result.stdout and "-DGGML_CUDA=on" not in settings(result)["CMAKE_ARGS"]
+    note = next(line for line in result.stdout.splitlines() if line.startswith("setup: note:"))
+    assert "CUDA 13" in note and "12.4" in note and "SPECRUN_LLAMA_WHEEL" in note
+
+
+def test_cuda_version_can_be_named_for_a_pypi_toolkit_without_a_gpu(repo, bin_dir):
+    machine(bin_dir)
+    result = dry_run(repo, bin_dir, SPECRUN_BACKEND="cuda", SPECRUN_CUDA_VERSION="13.0", CMAKE_CUDA_ARCHITECTURES="90")
+    assert "'nvidia-cuda-nvcc>=13.0,<13.1'" in result.stdout
+    assert "-DCMAKE_CUDA_ARCHITECTURES=90" in settings(result)["CMAKE_ARGS"].split()
+
+
+def llama_wheel(folder: Path) -> Path:
+    """An (empty) file named as llama-cpp-python's wheels are."""
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+    wheel.write_bytes(b"")
+    return wheel
+
+
+def test_llama_wheel_is_installed_instead_of_a_build_and_needs_no_toolkit(repo, bin_dir, tmp_path):
+    machine(bin_dir)
+    gpu_driver(bin_dir, "12.4")  # no nvcc, no PyPI compiler: only the wheel makes this CUDA
+    wheel = llama_wheel(tmp_path / "wheels")
+    result = dry_run(repo, bin_dir, SPECRUN_LLAMA_WHEEL=str(wheel))
+    assert "backend: cuda" in result.stdout and "prebuilt wheel" in result.stdout
+    assert f"--force-reinstall --no-deps {wheel}" in result.stdout
+    assert "--no-binary" not in result.stdout and "nvidia-cuda-nvcc" not in result.stdout
+    assert "CUDACXX" not in settings(result)
+
+
+def test_llama_wheel_that_is_not_a_file_or_not_a_llama_wheel_is_one_line_and_exit_2(repo, bin_dir, tmp_path):
+    machine(bin_dir)
+    other = tmp_path / "numpy-2.0-cp311-none-any.whl"
+    other.write_bytes(b"")
+    for given in (tmp_path / "missing.whl", other):
+        result = dry_run(repo, bin_dir, SPECRUN_LLAMA_WHEEL=str(given))
+        assert result.returncode == 2 and result.stdout == ""
+        assert len(result.stderr.strip().splitlines()) == 1 and "SPECRUN_LLAMA_WHEEL" in result.stderr
+
+
+def test_bundle_installs_offline_from_its_wheels_with_its_llama_wheel(repo, bin_dir, tmp_path):
+    machine(bin_dir)
+    bundle = tmp_path / "bundle"
+    wheel = llama_wheel(bundle)
+    (bundle / "requirements.txt").write_text("gguf>=0.17\n")
+    venv = tmp_path / "venv"
+    result = dry_run(repo, bin_dir, SPECRUN_BUNDLE=str(bundle), SPECRUN_VENV=str(venv))
+    assert f"PIP_NO_INDEX=1 PIP_FIND_LINKS={bundle}" in result.stdout
+    assert f"--force-reinstall --no-deps {wheel}" in result.stdout
+    assert f"{venv}/bin/python -m pip install --quiet -e . -r {bundle}/requirements.txt" in result.stdout
+    assert "the venv sees the packages" in result.stdout
+
+
+def test_bundle_without_a_llama_wheel_is_one_line_and_exit_2(repo, bin_dir, tmp_path):
+    machine(bin_dir)
+    (tmp_path / "bundle").mkdir()
+    result = dry_run(repo, bin_dir, SPECRUN_BUNDLE=str(tmp_path / "bundle"))
+    assert result.returncode == 2 and result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and "gpu-bundle.sh" in result.stderr

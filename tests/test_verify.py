@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specrun.engine.sampling import make_rng
+from specrun.engine.sampling import Dist, make_rng
 from specrun.engine.verify import verify_greedy, verify_sampling
 
 
@@ -41,6 +41,7 @@ def test_first_rejection_commits_exactly_one_target_token():
 
 P = np.array([0.5, 0.2, 0.15, 0.1, 0.05, 0.0])
 Q = np.array([0.1, 0.4, 0.1, 0.0, 0.2, 0.2])
+P_DIST = Dist.from_dense(P)
 DRAWS = 60_000
 
 
@@ -52,8 +53,8 @@ def empirical_first_token(q: np.ndarray | None, seed: int) -> np.ndarray:
         if q is None:
             draft, q_rows = [1], None
         else:
-            draft, q_rows = [int(rng.choice(len(q), p=q))], [q]
-        verdict = verify_sampling(draft, q_rows, lambda i: P, rng)
+            draft, q_rows = [int(rng.choice(len(q), p=q))], [Dist.from_dense(q)]
+        verdict = verify_sampling(draft, q_rows, lambda i: P_DIST, rng)
         counts[verdict.tokens[0]] += 1
     return counts / DRAWS
 
@@ -85,20 +86,20 @@ def test_first_token_distribution_by_enumerating_the_uniforms(q):
     proposals = [(x, q[x]) for x in range(len(P)) if q[x] > 0] if q is not None else [(1, 1.0)]
     found = np.zeros(len(P))
     for x, weight in proposals:
-        q_rows = None if q is None else [q]
+        q_rows = None if q is None else [Dist.from_dense(q)]
         for u1 in grid:
-            verdict = verify_sampling([x], q_rows, lambda i: P, Uniforms(u1))
+            verdict = verify_sampling([x], q_rows, lambda i: P_DIST, Uniforms(u1))
             if verdict.accepted:
                 found[x] += weight / n
                 continue
             for u2 in grid:
-                found[verify_sampling([x], q_rows, lambda i: P, Uniforms(u1, u2)).tokens[0]] += weight / n / n
+                found[verify_sampling([x], q_rows, lambda i: P_DIST, Uniforms(u1, u2)).tokens[0]] += weight / n / n
     assert np.allclose(found, P, atol=0.02), found
     assert found[5] == 0.0
 
 
 def test_sampling_bonus_token_after_full_acceptance():
     rng = make_rng(0)
-    point = np.array([0.0, 1.0, 0.0])
-    verdict = verify_sampling([1, 1], [point, point], lambda i: point if i < 2 else np.array([0.0, 0.0, 1.0]), rng)
+    point = Dist.point(1)
+    verdict = verify_sampling([1, 1], [point, point], lambda i: point if i < 2 else Dist.point(2), rng)
     assert verdict.accepted == 2 and verdict.tokens == [1, 1, 2]

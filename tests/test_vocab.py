@@ -12,7 +12,7 @@ from conftest import real_model
 from tiny_models import write_tiny_gguf
 
 from specrun.errors import IncompatibleModelsError, ModelFileError
-from specrun.models.compat import check_pair, require_compatible
+from specrun.models.compat import check_pair, require_draftable
 
 RULES = ["vocab type", "add BOS", "add EOS", "BOS id", "EOS id", "vocab size", "token text"]
 # A vocabulary padded by 100 tokens at the end: the small one's specials at 264..266, then padding.
@@ -35,7 +35,7 @@ def test_same_vocabulary_is_compatible(tiny_target, tiny_draft):
     assert info["context length"].target == 512
     assert info["chat template"].same
     json.dumps(report.to_dict())
-    assert require_compatible(tiny_target, tiny_draft).compatible
+    assert require_draftable(tiny_target, tiny_draft).drafting == "token"
 
 
 def test_vocab_size_beyond_128_fails(vocab_dir, tiny_target):
@@ -74,10 +74,17 @@ def test_bos_id_differs(vocab_dir, tiny_target):
     other = write_tiny_gguf(vocab_dir / "bos.gguf", bos_id=265)
     report = check_pair(tiny_target, other)
     assert report.first_failure == "BOS id: target 264, draft 265"
+    assert report.drafting == "text"  # the tokens differ, the text does not
+    assert require_draftable(tiny_target, other).drafting == "text"
+
+
+def test_a_draft_that_cannot_share_tokens_or_text_is_refused(tiny_target, tiny_lossy):
+    report = check_pair(tiny_target, tiny_lossy)
+    assert not report.compatible and report.round_trips == (True, False) and report.drafting is None
     with pytest.raises(IncompatibleModelsError) as err:
-        require_compatible(tiny_target, other)
+        require_draftable(tiny_target, tiny_lossy)
     assert err.value.exit_code == 3
-    assert "BOS id: target 264, draft 265" in err.value.message and "\n" not in err.value.one_line()
+    assert report.first_failure in err.value.message and "through text" in err.value.message and "\n" not in err.value.one_line()
 
 
 def test_add_bos_flag_differs_before_ids(vocab_dir, tiny_target):

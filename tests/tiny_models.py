@@ -70,7 +70,7 @@ SPM_WORDS = (
 SPM_SUBWORDS = ["ing", "ed", "er", "tion", "ly", "es", "st", "re", "an", "on"]
 
 # Token types, as gguf.TokenType numbers them.
-NORMAL, UNKNOWN, CONTROL, UNUSED, BYTE = 1, 2, 3, 5, 6
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 DEFAULT_TEMPLATE = "default"  # `chat_template` value: the vocabulary family's own template
 
 
@@ -174,6 +174,9 @@ def write_tiny_gguf(
     pad_tokens: int = 0,
     eog_like: dict[str, int] | None = None,
     eog_scale: float = 1.05,
+    added_tokens: Sequence[str] = (),
+    successors: dict[str, str] | None = None,
+    extra_merges: Sequence[str] = (),
 ) -> Path:
     """Write a tiny model to `path` and return it.
 
@@ -183,6 +186,10 @@ def write_tiny_gguf(
 
     vocab: "gpt2", "spm" or "llama3" (see the module docstring). `add_bos` and `chat_template`
     default to the family's ("default": ChatML, Llama-2 or Llama-3; None: no template).
+
+    extra_merges: BPE merges ("a b") added after the family's, their results as tokens before the
+    special tokens: a vocabulary that splits words more coarsely than another of the family (and,
+    its specials moved, shares no token ids with it from there on).
 
     pad_tokens: that many unused `[PAD<id>]` tokens (type UNUSED, as llama.cpp's converter pads a
     vocabulary) after every other token. Their embedding and output rows come from their own random
@@ -194,12 +201,34 @@ def write_tiny_gguf(
     where the ordinary one would have been (while its logit is positive; also where that logit comes
     within the scale of the top one): an end-of-generation token at a place `frequent_token` can
     predict. Applied after the noise, so a draft keeps the relation.
+
+    added_tokens: texts added after the family's tokens as user-defined tokens (as a converter adds
+    a tokenizer's non-special added tokens, e.g. Qwen3's `<think>`): matched whole in text, and
+    rendered as their text.
+
+    successors: {token text: token text}. The layers then contribute nothing (their weights are
+    zero), so each next token depends on the current one alone, and the output rows are built so
+    that greedy decoding follows the map: a model whose answer is a known sequence of tokens, for
+    tests of what is done with an answer's text.
     """
     import gguf
 
     path = Path(path)
     spec = family_vocabulary(vocab, extra_tokens)
+    if extra_merges:
+        if not spec.merges:
+            raise ValueError("extra_merges: only a byte-level BPE vocabulary has merges")
+        results = [m.replace(" ", "") for m in extra_merges]
+        at = len(spec.tokens) - sum(t == CONTROL for t in spec.types)  # before the special tokens
+        spec.tokens[at:at] = results
+        spec.types[at:at] = [NORMAL] * len(results)
+        spec.merges += list(extra_merges)
+        spec.bos, spec.eos = spec.bos + len(results) * (spec.bos >= at), spec.eos + len(results) * (spec.eos >= at)
     tokens, types, scores = list(spec.tokens), list(spec.types), spec.scores
+    tokens += list(added_tokens)
+    types += [USER_DEFINED] * len(added_tokens)
+    if scores is not None:
+        scores = scores + [0.0] * len(added_tokens)
     n_base = len(tokens)
     tokens += [f"[PAD{i}]" for i in range(n_base, n_base + pad_tokens)]
     types += [UNUSED] * pad_tokens
@@ -224,6 +253,15 @@ def write_tiny_gguf(
         pad_rng, pad_noise_rng = np.random.default_rng([seed, 0x9AD]), np.random.default_rng([noise_seed, 0x9AD])
         embd = np.concatenate([embd, tensor(pad_tokens, n_embd, scale=1.0, gen=pad_rng, noise_gen=pad_noise_rng)])
         output = np.concatenate([output, tensor(pad_tokens, n_embd, scale=out_scale, gen=pad_rng, noise_gen=pad_noise_rng)])
+    if successors:
+        for source, target in successors.items():
+            for text in (source, target):
+                if text not in tokens:
+                    raise ValueError(f"successors: no token {text!r} in the vocabulary")
+        output = np.zeros_like(output)
+        for source, target in successors.items():  # logit of `target` after `source`: about n_embd × 4
+            row = embd[tokens.index(source)]
+            output[tokens.index(target)] += 4.0 * row / np.sqrt(np.mean(row**2))
     for special, like in (eog_like or {}).items():
         if special not in tokens:
             raise ValueError(f"eog_like: no token {special!r} in the {vocab} vocabulary")
@@ -266,16 +304,17 @@ def write_tiny_gguf(
     writer.add_tensor("token_embd.weight", embd)
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     writer.add_tensor("output.weight", output)
+    layer = (lambda *shape: np.zeros(shape, dtype=np.float32)) if successors else tensor
     for i in range(n_layer):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.attn_q.weight", tensor(n_embd, n_embd))
-        writer.add_tensor(f"blk.{i}.attn_k.weight", tensor(n_embd, n_embd))
-        writer.add_tensor(f"blk.{i}.attn_v.weight", tensor(n_embd, n_embd))
-        writer.add_tensor(f"blk.{i}.attn_output.weight", tensor(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_q.weight", layer(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_k.weight", layer(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_v.weight", layer(n_embd, n_embd))
+        writer.add_tensor(f"blk.{i}.attn_output.weight", layer(n_embd, n_embd))
         writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(f"blk.{i}.ffn_gate.weight", tensor(n_ff, n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_up.weight", tensor(n_ff, n_embd))
-        writer.add_tensor(f"blk.{i}.ffn_down.weight", tensor(n_embd, n_ff))
+        writer.add_tensor(f"blk.{i}.ffn_gate.weight", layer(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_up.weight", layer(n_ff, n_embd))
+        writer.add_tensor(f"blk.{i}.ffn_down.weight", layer(n_embd, n_ff))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -307,20 +346,26 @@ def _llama_cpp():
     return llama_cpp
 
 
-def _chat_text(lib, model, message: str) -> str:
-    """One user message formatted with the model's template by llama.cpp, the assistant turn opened."""
+def _token_text(lib, vocab, token: int) -> str:
+    buf = ctypes.create_string_buffer(256)
+    n = lib.llama_token_to_piece(vocab, token, buf, 256, 0, True)
+    return buf.raw[:max(n, 0)].decode("utf-8", "replace") if token >= 0 else ""
+
+
+def _chat_tokens(lib, model, vocab, message: str) -> list[int]:
+    """One user message rendered with the model's own template as specrun renders it (its Jinja
+    renderer, BOS and EOS texts from the vocabulary), the assistant turn opened, tokenized with one BOS."""
+    from specrun.models.chat_template import ChatTemplate
+
     template = lib.llama_model_chat_template(model, None)
     if not template:
         raise ValueError("the model has no chat template")
-    array = (lib.llama_chat_message * 1)()
-    role, content = b"user", message.encode()
-    array[0].role, array[0].content = role, content
-    size = 2 * len(content) + 512
-    buf = ctypes.create_string_buffer(size)
-    n = lib.llama_chat_apply_template(template, array, 1, True, buf, size)
-    if n < 0 or n > size:
-        raise ValueError(f"llama.cpp cannot apply the chat template (returned {n})")
-    return buf.raw[:n].decode("utf-8")
+    bos = _token_text(lib, vocab, lib.llama_vocab_bos(vocab))
+    eos = _token_text(lib, vocab, lib.llama_vocab_eos(vocab))
+    text = ChatTemplate(template.decode(), bos_token=bos, eos_token=eos).render([{"role": "user", "content": message}])
+    if lib.llama_vocab_get_add_bos(vocab) and bos and text.startswith(bos):
+        text = text[len(bos):]
+    return _tokenize(lib, vocab, text)
 
 
 def _tokenize(lib, vocab, text: str) -> list[int]:
@@ -338,7 +383,7 @@ def greedy_tokens(path: Path | str, prompts: Sequence[Prompt] = (), n: int = 32,
     """Greedy plain decoding of up to `n` tokens after each prompt, stopping after an
     end-of-generation token (which is included). A prompt is text (tokenized with BOS and special
     tokens, as specrun's `--raw` does) or token ids; a chat prompt is one user message, formatted
-    by llama.cpp's built-in chat template as specrun's chat mode does. Results: prompts first."""
+    with the model's chat template as specrun's chat mode does. Results: prompts first."""
     lib = _llama_cpp()
     mparams = lib.llama_model_default_params()
     mparams.n_gpu_layers = 0
@@ -360,7 +405,7 @@ def greedy_tokens(path: Path | str, prompts: Sequence[Prompt] = (), n: int = 32,
         if isinstance(prompts, str):
             prompts = [prompts]
         token_lists = [_tokenize(lib, vocab, p) if isinstance(p, str) else list(p) for p in prompts]
-        token_lists += [_tokenize(lib, vocab, _chat_text(lib, model, m)) for m in chat_prompts]
+        token_lists += [_chat_tokens(lib, model, vocab, m) for m in chat_prompts]
         results = []
         for prompt in token_lists:
             lib.llama_memory_clear(lib.llama_get_memory(ctx), True)

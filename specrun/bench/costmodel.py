@@ -63,6 +63,14 @@ class Costs:
         return self.curve(batch)
 
 
+def on_a_gpu(costs: Costs) -> Costs:
+    """The same machine's costs as a GPU would shape them: a target pass over any batch a step
+    verifies costs what a single token does (the weights are read once per pass either way), and a
+    draft token keeps its share of a target token. What speculation would give there, from this
+    machine's measured acceptance and draft costs; a prediction, not a measurement."""
+    return Costs(costs.plain_s, {n: costs.plain_s for n in costs.verify_s}, costs.draft_token_s)
+
+
 def step_seconds(costs: Costs, k: int, draft_s: float | None = None) -> float:
     """Cost of one speculative step: K draft tokens (or `draft_s` when given) plus a pass over K + 1."""
     drafting = k * costs.draft_token_s if draft_s is None else draft_s

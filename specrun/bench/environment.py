@@ -3,13 +3,13 @@
 Model files are identified by sha256. Hashing a 1 GB model takes seconds, so a hash is reused while
 the file's size and modification time are unchanged: from the record the bundle assembler keeps
 next to a model (`<file>.verified.json`), else from specrun's hash cache (`hashes.json` in the
-cache directory), else it is computed once and cached.
+cache directory, updated under a lock so concurrent runs keep each other's entries), else it is
+computed once and cached.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 import sys
@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
-from ..atomic import write_atomic
+from ..atomic import read_json_object, update_json
 from ..models.bundle import recorded_sha256
 
 PACKAGES = ("specrun", "llama_cpp_python", "numpy", "typer", "rich", "huggingface_hub", "matplotlib")
@@ -79,21 +79,16 @@ def file_hash(path: Path, cache: Path | None = None, hasher: Callable[[Path], st
     if sha:
         return sha, "record"
     cache = cache or _hash_cache_path()
-    try:
-        entries = json.loads(cache.read_text())
-        if not isinstance(entries, dict):
-            entries = {}
-    except (OSError, ValueError):
-        entries = {}
-    entry = entries.get(str(path))
+    entry = read_json_object(cache).get(str(path))
     if isinstance(entry, dict) and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
         if isinstance(entry.get("sha256"), str):
             return entry["sha256"], "cache"
     sha = hasher(path)
-    entries[str(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
+    record = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(cache, json.dumps(entries, indent=1, sort_keys=True).encode())
+        # Under the cache's lock, re-read and add only this file: another run's entries stay.
+        update_json(cache, lambda entries: entries.update({str(path): record}), sort_keys=True)
     except OSError:
         pass  # a read-only cache only costs the next run a re-hash
     return sha, "computed"
@@ -120,21 +115,23 @@ def load_average() -> float | None:
 def environment(pair, cache: Path | None = None, load_average_start: float | None = None) -> dict:
     """Everything about this machine, build and pair that a reader needs to compare two results."""
     from .. import __version__
-    from ..engine import llama as engine_llama
+    from ..engine import lib as engine_lib
 
     config = pair.config
-    offload = engine_llama.supports_gpu_offload()
+    from ..engine.devices import has_gpu
+
+    offload = has_gpu()
     return {
         "specrun": __version__,
         "packages": package_versions(),
         "machine": machine(),
-        "llama_cpp_system_info": engine_llama.system_info().strip(),
+        "llama_cpp_system_info": engine_lib.system_info().strip(),
         "gpu_offload": offload,
         "threads": pair.threads,
         "gpu_layers": pair.gpu_layers,
         "draft_gpu_layers": pair.draft_gpu_layers if pair.has_draft else None,
         "placement": pair.placement.to_dict(),
-        "ctx_size": pair.target_ctx.n_ctx if pair.target_ctx is not None else config.ctx_size,
+        "ctx_size": config.ctx_size,
         "n_batch": config.n_batch,
         "models": {"target": model_file(config.target, cache), "draft": model_file(config.draft, cache)},
         "load_average_start": load_average_start,

@@ -37,6 +37,8 @@ def _range(low, high, digits: int = 2) -> str:
 
 
 def _identical(row: dict, compact: bool = False) -> str:
+    if row.get("synthetic_acceptance") is not None:
+        return "synthetic" if compact else "not checked (synthetic acceptance)"
     if row["identical"] is None:
         return "—"
     if row["identical"]:
@@ -50,7 +52,7 @@ def table_rows(doc: dict, level: str = "category", compact: bool = False) -> tup
     """Headers and cells of the summary table: one line per (category or prompt, configuration).
     `compact` (the terminal) drops α and the speedup range, which the files keep."""
     headers = ["category" if level == "category" else "prompt", "config", "TTFT s", "decode tok/s", "total s", "speedup",
-               "end to end", "accept", "α", "tok/step", "predicted", "efficiency", "identical"]
+               "end to end", "accept", "α", "tok/step", "host ms/step", "predicted", "efficiency", "GPU pred.", "identical"]
     rows = []
     for row in doc["categories" if level == "category" else "prompts"]:
         name = row["category"] if level == "category" else row["prompt_id"]
@@ -66,8 +68,10 @@ def table_rows(doc: dict, level: str = "category", compact: bool = False) -> tup
             _pct(row["acceptance_rate"]),
             _num(row["alpha"], 2),
             _num(row["mean_tokens_per_step"], 2),
+            _num(row["host_ms_per_step"], 2),
             _num(row["predicted_speedup"], 2, "×"),
             _pct(row["efficiency"]),
+            _num(row.get("predicted_gpu_speedup"), 2, "×"),
             _identical(row, compact),
         ])
     if compact:
@@ -96,6 +100,10 @@ def summary_lines(doc: dict) -> list[str]:
         if check["diverged"]:
             verdict += f"; {check['diverged']} diverged, {check['near_ties']} of them at near-ties"
         lines.append(verdict)
+    synthetic = sorted({r["synthetic_acceptance"] for r in doc["categories"] if r.get("synthetic_acceptance") is not None})
+    if synthetic:
+        lines.append(f"synthetic acceptance {', '.join(f'{p:g}' for p in synthetic)}: those rows accepted drafts at that rate, "
+                     "not by the target; their speed is the pipeline's, their output not the model's (never checked or learned from)")
     lines += [f"warning: {w}" for w in doc.get("warnings", [])]
     env = doc["environment"]
     models = env["models"]
@@ -193,9 +201,11 @@ def require_matplotlib():
 
 
 def plot_png(doc: dict) -> bytes:
-    """Speedup by K, a panel per category (one K: a bar per configuration), and acceptance by
-    draft position at each category's largest K. A mode keeps its colour everywhere; the legend
-    sits below the panels, never over the data; a position that was never drafted is left out."""
+    """Speedup by K, a panel per category, and acceptance by draft position at each category's
+    largest K. The speedup panels share one axis, so categories compare at a glance; K is drawn
+    as categories (the values swept, evenly spaced), since K = 1, 2, 4, 8 are choices, not a
+    scale. A series (mode, temperature, synthetic acceptance) keeps its colour everywhere; the
+    legend sits below the panels, never over the data; a position never drafted is left out."""
     matplotlib = require_matplotlib()
     matplotlib.use("Agg", force=True)
     from matplotlib.figure import Figure
@@ -203,33 +213,40 @@ def plot_png(doc: dict) -> bytes:
     rows = [r for r in doc["categories"] if r["mode"] != "off"]
     categories = list(dict.fromkeys(r["category"] for r in rows)) or ["all"]
     temperatures = sorted({r["temperature"] for r in rows})
-    series_keys = list(dict.fromkeys((r["mode"], r["temperature"]) for r in rows))
+    def series(r) -> tuple:
+        return r["mode"], r["temperature"], r.get("synthetic_acceptance")
+
+    series_keys = list(dict.fromkeys(series(r) for r in rows))
     palette = matplotlib.colormaps["tab10"]
     colour = {key: palette(i % 10) for i, key in enumerate(series_keys)}
+    ks = sorted({r["draft_max"] for r in rows})
+    slot = {k: i for i, k in enumerate(ks)}  # K as a category: its place among the values swept
 
     def name(key) -> str:
-        return key[0] + (f" T={key[1]:g}" if len(temperatures) > 1 else "")
+        return (key[0] + (f" T={key[1]:g}" if len(temperatures) > 1 else "")
+                + (f" synthetic {key[2]:g}" if key[2] is not None else ""))
 
     fig = Figure(figsize=(max(8, 2.6 * len(categories)), 6.5), dpi=100)
-    axes = fig.subplots(2, len(categories), squeeze=False)
+    axes = fig.subplots(2, len(categories), squeeze=False, sharey="row")
     handles: dict[str, object] = {}
     for column, category in enumerate(categories):
         top, bottom = axes[0][column], axes[1][column]
         mine = [r for r in rows if r["category"] == category]
         for key in series_keys:
-            group = sorted((r for r in mine if (r["mode"], r["temperature"]) == key and r["speedup"] is not None),
-                           key=lambda r: r["draft_max"])
+            group = sorted((r for r in mine if series(r) == key and r["speedup"] is not None), key=lambda r: r["draft_max"])
             if group:
-                (line,) = top.plot([r["draft_max"] for r in group], [r["speedup"] for r in group], marker="o",
+                (line,) = top.plot([slot[r["draft_max"]] for r in group], [r["speedup"] for r in group], marker="o",
                                    color=colour[key], linewidth=2.0 if category == "all" else 1.3)
                 handles.setdefault(name(key), line)
-            widest = max((r for r in mine if (r["mode"], r["temperature"]) == key), key=lambda r: r["draft_max"], default=None)
+            widest = max((r for r in mine if series(r) == key), key=lambda r: r["draft_max"], default=None)
             if widest is not None and widest["acceptance_by_position"]:
                 points = [(i + 1, a) for i, a in enumerate(widest["acceptance_by_position"]) if a is not None]
                 if points:
                     bottom.plot(*zip(*points), marker=".", color=colour[key])
         top.axhline(1.0, color="grey", linestyle="--", linewidth=1)
         top.set_title(category, fontsize=10)
+        top.set_xticks(range(len(ks)), [str(k) for k in ks])
+        top.set_xlim(-0.5, len(ks) - 0.5)
         top.set_xlabel("K (most draft tokens per step)", fontsize=8)
         bottom.set_ylim(0, 1.05)
         bottom.set_xlabel("draft position", fontsize=8)

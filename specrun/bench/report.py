@@ -11,6 +11,9 @@ Figures, and why each is computed as it is:
   repetition and keep the extremes;
 - acceptance is pooled over every run (accepted / drafted); α is the per-token acceptance the cost
   model needs (accepted / judged positions, see costmodel.alpha_from_steps);
+- a row with `synthetic_acceptance` accepted its drafts at that rate instead of by the target
+  (bench --synthetic-acceptance): its speed is the pipeline's at that acceptance, its output not
+  the model's, so it is never checked against plain decoding (`identical` is None);
 - predicted speedup applies the cost model to the steps the runs took, with the calibrated costs;
   efficiency = speedup / predicted.
 """
@@ -31,15 +34,15 @@ CPU_SHARE_WARN = 0.8
 SPREAD_WARN = 1.3
 
 ROW_FIELDS = (
-    "level", "category", "prompt_id", "prompts", "config", "label", "mode", "draft_max", "temperature", "runs",
+    "level", "category", "prompt_id", "prompts", "config", "label", "mode", "draft_max", "temperature", "synthetic_acceptance", "runs",
     "prompt_tokens", "generated_tokens",
     "ttft_s", "ttft_s_min", "ttft_s_max",
     "decode_tokens_per_s", "decode_tokens_per_s_min", "decode_tokens_per_s_max",
     "total_time_s", "total_time_s_min", "total_time_s_max",
     "speedup", "speedup_min", "speedup_max", "speedup_end_to_end",
     "acceptance_rate", "alpha", "mean_tokens_per_step", "expected_tokens_per_step",
-    "acceptance_by_position", "drafted", "accepted", "steps", "draft_time_s", "verify_time_s",
-    "predicted_speedup", "efficiency",
+    "acceptance_by_position", "drafted", "accepted", "steps", "draft_time_s", "verify_time_s", "host_ms_per_step",
+    "predicted_speedup", "efficiency", "predicted_gpu_speedup",
     "identical", "diverged_prompts", "divergence_position", "violations", "flagged_runs",
 )
 
@@ -114,6 +117,7 @@ class Aggregator:
             "flagged_runs": sum(1 for r in runs if disturbed(r, self.threads)),
         }
         row["predicted_speedup"] = self._predicted(runs, config)
+        row["predicted_gpu_speedup"] = self._predicted(runs, config, gpu=True)
         row["efficiency"] = costmodel.efficiency(row["speedup"], row["predicted_speedup"])
         self._prompt_rows[(p, c)] = row
         return row
@@ -149,6 +153,7 @@ class Aggregator:
             "verify_time_s": _sum(row["verify_time_s"] for row in rows),
             "predicted_speedup": predicted,
             "efficiency": costmodel.efficiency(speedup, predicted),
+            "predicted_gpu_speedup": geomean(row["predicted_gpu_speedup"] for row in rows) if not config.plain else None,
             **self._correctness([(p, c) for p in prompts]),
             "flagged_runs": _sum(row["flagged_runs"] for row in rows),
         })
@@ -159,7 +164,8 @@ class Aggregator:
     def _config_fields(self, config: Config) -> dict:
         with_t = len({c.temperature for c in self.configs}) > 1
         return {"config": config.id, "label": config.label(with_t), "mode": config.mode,
-                "draft_max": 0 if config.plain else config.draft_max, "temperature": config.temperature}
+                "draft_max": 0 if config.plain else config.draft_max, "temperature": config.temperature,
+                "synthetic_acceptance": config.synthetic}
 
     def _pooled(self, runs: Sequence[RunRecord], config: Config) -> dict:
         """Acceptance and tokens per step over every run (per-run ratios of small counts are noisy)."""
@@ -183,11 +189,14 @@ class Aggregator:
             "mean_tokens_per_step": after_first / steps if steps else None,
             "expected_tokens_per_step": costmodel.expected_tokens_per_step(alpha, config.draft_max) if alpha is not None else None,
             "acceptance_by_position": [round(a / d, 4) if d else None for a, d in zip(by_accepted, by_drafted)],
+            "host_ms_per_step": 1000.0 * sum(r.stats.host_time for r in runs) / steps if steps else None,
         }
 
-    def _predicted(self, runs: Sequence[RunRecord], config: Config) -> float | None:
+    def _predicted(self, runs: Sequence[RunRecord], config: Config, gpu: bool = False) -> float | None:
         """The cost model over these runs' steps: α per drafter, calibrated draft-model and verify
-        costs; a drafter without a model (prompt lookup) costs its measured seconds per step."""
+        costs; a drafter without a model (prompt lookup) or drafting through text costs its
+        measured seconds per step (draft passes and host work). `gpu`: with verification shaped
+        as on a GPU (costmodel.on_a_gpu)."""
         if config.plain or self.costs is None or not self.costs.plain_s:
             return None
         steps = [s for r in runs for s in r.steps]
@@ -198,9 +207,12 @@ class Aggregator:
         def draft_seconds(s) -> float:
             if s.drafter == "draft" and self.result.calibration.draft_token_s is not None:
                 return s.drafted * self.result.calibration.draft_token_s
+            if s.drafter == "mtp" and self.result.calibration.mtp_token_s is not None:
+                return s.drafted * self.result.calibration.mtp_token_s
             return measured[s.drafter] if s.drafter is not None else 0.0
 
-        return costmodel.predicted_speedup_of_steps(((alphas[s.drafter], s.drafted, draft_seconds(s)) for s in steps), self.costs)
+        costs = costmodel.on_a_gpu(self.costs) if gpu else self.costs
+        return costmodel.predicted_speedup_of_steps(((alphas[s.drafter], s.drafted, draft_seconds(s)) for s in steps), costs)
 
     def _correctness(self, keys: Sequence[tuple[int, int]]) -> dict:
         """identical: every temperature-0 run matched plain (None: not checked)."""

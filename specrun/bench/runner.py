@@ -24,23 +24,27 @@ from .. import defaults
 from ..engine import identity
 from ..engine.auto.costs import measure as measure_costs
 from ..engine.identity import IdentityCheck, check_rows, rank, tolerance_from_noise
-from ..engine.loop import GenerationSettings
+from ..engine.sequence import GenerationSettings
 from ..engine.stats import Stats
+from ..engine.verify import SyntheticAcceptance
 from ..errors import InputError
 from . import costmodel
 from .prompts import BenchPrompt
 
 WARMUP_TOKENS = 16  # tokens per warm-up run: enough to touch every weight and code path
-CALIBRATION_REPS = 3
+CALIBRATION_REPS = defaults.CALIBRATION_REPS
 
 
 @dataclass(frozen=True)
 class Config:
-    """One configuration: a speculation mode, its K (draft_max) and a temperature."""
+    """One configuration: a speculation mode, its K (draft_max) and a temperature; `synthetic` an
+    acceptance that replaces verification (verify.SyntheticAcceptance): the pipeline's speed at that
+    acceptance, not the model's output."""
 
     mode: str
     draft_max: int = 0
     temperature: float = 0.0
+    synthetic: float | None = None
 
     @property
     def plain(self) -> bool:
@@ -49,28 +53,42 @@ class Config:
     @property
     def id(self) -> str:
         k = "" if self.plain else f"-k{self.draft_max}"
-        return f"{self.mode}{k}-t{self.temperature:g}"
+        synthetic = "" if self.synthetic is None else f"-synthetic{self.synthetic:g}"
+        return f"{self.mode}{k}-t{self.temperature:g}{synthetic}"
 
     def label(self, with_temperature: bool = False) -> str:
         text = "plain" if self.plain else f"{self.mode} K={self.draft_max}"
+        if self.synthetic is not None:
+            text += f" synthetic {self.synthetic:g}"
         return f"{text} T={self.temperature:g}" if with_temperature else text
+
+    def verifier(self, seed: int) -> SyntheticAcceptance | None:
+        """The synthetic acceptance rule for one run (seeded by the run's seed), or None: verify."""
+        return None if self.synthetic is None else SyntheticAcceptance(self.synthetic, seed)
 
     def to_dict(self) -> dict:
         return {"id": self.id, "label": self.label(), "mode": self.mode, "draft_max": self.draft_max if not self.plain else 0,
-                "temperature": self.temperature}
+                "temperature": self.temperature, "synthetic_acceptance": self.synthetic}
 
 
 def configurations(modes: Sequence[str], draft_maxes: Sequence[int] | None, temperatures: Sequence[float],
-                   recommended_k: int | None = None) -> list[Config]:
+                   recommended_k: int | None = None, synthetic: Sequence[float] | None = None) -> list[Config]:
     """Plain decoding plus every (mode, K) per temperature. Plain is always included: every speedup
     is measured against plain decoding from the same run. K is the most draft tokens per step in
     every mode; without `draft_maxes` each mode gets its default (defaults.draft_max_for: the
-    pair's recommended K in the fixed modes, auto's own cap under auto)."""
+    pair's recommended K in the fixed modes, auto's own cap under auto). With `synthetic`
+    acceptances every speculative configuration runs once per acceptance instead, its drafts
+    accepted by that rate rather than by the target (plain decoding is still the baseline)."""
     if not temperatures:
         raise InputError("no temperature given", "pass --temperature 0 (or a list such as 0,0.8)")
     if any(t < 0 for t in temperatures):
         raise InputError("temperatures must be 0 or more", "pass --temperature 0,0.8")
     spec_modes = [m for m in dict.fromkeys(modes) if m != "off"]
+    if synthetic is not None and (not synthetic or any(not 0.0 <= p <= 1.0 for p in synthetic)):
+        raise InputError("--synthetic-acceptance values must lie between 0 and 1", "pass e.g. --synthetic-acceptance 0.6,0.8,0.9")
+    if synthetic is not None and not spec_modes:
+        raise InputError("--synthetic-acceptance needs a speculative mode", "pass --spec draft (or another mode besides off)")
+    rates: list[float | None] = list(dict.fromkeys(synthetic)) if synthetic is not None else [None]
     if spec_modes and draft_maxes is not None and (not draft_maxes or any(k < 1 for k in draft_maxes)):
         raise InputError("--draft-max values must be 1 or more", "K = 0 is plain decoding; use --spec off for it")
 
@@ -82,7 +100,7 @@ def configurations(modes: Sequence[str], draft_maxes: Sequence[int] | None, temp
     out: list[Config] = []
     for t in dict.fromkeys(temperatures):
         out.append(Config("off", 0, t))
-        out.extend(Config(m, k, t) for m in spec_modes for k in ks(m))
+        out.extend(Config(m, k, t, p) for m in spec_modes for k in ks(m) for p in rates)
     return out
 
 
@@ -152,6 +170,7 @@ class Calibration:
     plain_s: float
     verify_s: dict[int, float]
     draft_token_s: float | None
+    mtp_token_s: float | None = None  # one pass of the target's multi-token-prediction head, one row
 
     def costs(self) -> costmodel.Costs:
         return costmodel.Costs(self.plain_s, self.verify_s, self.draft_token_s or 0.0)
@@ -162,6 +181,8 @@ class Calibration:
             "plain_decode_s": round(self.plain_s, 6),
             "verify_s": {str(k): round(v, 6) for k, v in sorted(self.verify_s.items())},
             "draft_token_s": None if self.draft_token_s is None else round(self.draft_token_s, 6),
+            "mtp_token_s": None if self.mtp_token_s is None else round(self.mtp_token_s, 6),
+            "mtp_cost_ratio": round(self.mtp_token_s / self.plain_s, 4) if self.mtp_token_s and self.plain_s else None,
             "reps": CALIBRATION_REPS,
         }
 
@@ -251,7 +272,7 @@ def compare(records: Sequence[RunRecord], configs: Sequence[Config]) -> list[Che
     checks = []
     for record in records:
         config = configs[record.config]
-        if config.plain or config.temperature != 0 or (record.rep, record.prompt) not in plain:
+        if config.plain or config.temperature != 0 or config.synthetic is not None or (record.rep, record.prompt) not in plain:
             continue
         base = records[plain[(record.rep, record.prompt)]]
         pos = first_divergence(base.tokens, record.tokens)
@@ -271,7 +292,7 @@ def verify_identity(checks: Sequence[Check], records: Sequence[RunRecord], confi
 
     The tolerance is twice the measured arithmetic noise (how far a token's logits move between a
     pass of its own and a batch, on this machine), at least identity.NEAR_TIE_LOGITS."""
-    zero = [i for i, r in enumerate(records) if configs[r.config].temperature == 0]
+    zero = [i for i, r in enumerate(records) if configs[r.config].temperature == 0 and configs[r.config].synthetic is None]
     if not zero:
         return
     tolerance = tolerance_from_noise(engine.logit_noise(list(prompt_tokens[records[zero[0]].prompt])))
@@ -368,43 +389,40 @@ def _check_fits(engine: Engine, prompts: Sequence[BenchPrompt], tokens: Sequence
 class PairEngine:
     """The bench's view of a loaded Pair: runs from empty caches, calibration, logits at a prefix."""
 
-    def __init__(self, pair, *, chat: bool = True):
+    def __init__(self, pair, *, chat: bool = True, fresh: bool = False, variables: dict | None = None):
+        """variables: what the chat template is given besides the messages (e.g. enable_thinking)."""
         self.pair = pair
+        self.session = pair.session
         self.chat = chat
-        self.n_ctx = pair.target_ctx.n_ctx
+        self.fresh = fresh  # every auto run starts afresh, as a one-shot process would
+        self.variables = dict(variables or {})
+        self.n_ctx = self.session.n_ctx
         self.threads = pair.threads
 
     def prompt_tokens(self, prompt: BenchPrompt) -> list[int]:
-        return self.pair.prompt_tokens(prompt.prompt, chat=self.chat, system=prompt.system)
+        return self.pair.prompt_tokens(prompt.prompt, chat=self.chat, system=prompt.system, variables=self.variables)
 
     def check(self, config: Config, generation: GenerationSettings) -> None:
-        """Build the configuration's loop once, so an unknown mode fails before anything is timed."""
-        self.pair.loop(generation, mode=config.mode)
-
-    def _reset(self) -> None:
-        """Empty both KV caches: every run then prefills its whole prompt, as a fresh request would."""
-        self.pair.target_ctx.trim(0)
-        if self.pair.draft_ctx is not None:
-            self.pair.draft_ctx.trim(0)
+        """Set the configuration up once, so an unknown mode fails before anything is timed."""
+        self.session.policy(config.mode, generation, fresh=self.fresh, verifier=config.verifier(generation.seed or 0))
 
     def run(self, tokens: list[int], config: Config, generation: GenerationSettings) -> tuple[list[int], str, Stats, list[StepSample]]:
-        self._reset()
-        loop = self.pair.loop(generation, mode=config.mode)
+        """One run from empty KV caches: every run then prefills its whole prompt, as a fresh request would."""
+        self.session.reset()
         steps: list[StepSample] = []
-        chained = loop.on_step  # a mode's own hook (an adaptive controller) keeps working
 
-        def record(plan, accepted, draft_s, verify_s):
-            if chained is not None:
-                chained(plan, accepted, draft_s, verify_s)
-            steps.append(StepSample(plan.name, plan.k, len(plan.draft.tokens), accepted, draft_s, verify_s))
+        def record(update) -> None:
+            choice = update.choice
+            steps.append(StepSample(choice.drafter, choice.k, update.drafted, update.accepted, update.draft_s, update.verify_s))
 
-        loop.on_step = record
+        run = self.session.generation(tokens, generation, mode=config.mode, fresh=self.fresh, on_step=record,
+                                      verifier=config.verifier(generation.seed or 0))
         out: list[int] = []
         pieces: list[str] = []
-        for step in loop.run(tokens):
+        for step in run.run():
             out.extend(step.tokens)
             pieces.append(step.text)
-        return out, "".join(pieces), loop.stats, steps
+        return out, "".join(pieces), run.stats, steps
 
     def calibrate(self, tokens: list[int], batch_sizes: Sequence[int], reps: int) -> Calibration:
         """Median seconds of a target pass per batch size and of one draft token, after the prompt.
@@ -412,20 +430,21 @@ class PairEngine:
         Sizes are interleaved within each repetition, like the runs, and the cache is trimmed back
         after every pass so each one sees the same context length.
         """
-        costs = measure_costs(self.pair.target_ctx, self.pair.draft_ctx, tokens, batch_sizes, reps)
-        return Calibration(len(tokens), costs.verify_s.get(1, 0.0), costs.verify_s, costs.draft_token_s)
+        costs = measure_costs(self.session.target_ctx, self.session.draft_ctx, tokens, batch_sizes, reps, head=self.session.head_ctx)
+        return Calibration(len(tokens), costs.verify_s.get(1, 0.0), costs.verify_s, costs.draft_token_s,
+                           (costs.mtp_s or {}).get(1))
 
     def output_rows(self, prompt: list[int], output: list[int]) -> np.ndarray:
         """The target's logits at every output position, from one batched pass (engine.identity);
         the prompt's prefill is kept for the next output of the same prompt."""
-        if self.pair.draft_ctx is not None:
-            self.pair.draft_ctx.trim(0)
-        return identity.output_rows(self.pair.target_ctx, prompt, output)
+        if self.session.draft_ctx is not None:
+            self.session.draft_ctx.clear()
+        return identity.output_rows(self.session.target_ctx, prompt, output)
 
     def logit_noise(self, tokens: list[int]) -> float:
         """How far batching moves the target's top logits here (engine.identity.logit_noise)."""
-        self._reset()
-        return identity.logit_noise(self.pair.target_ctx, tokens)
+        self.session.reset()
+        return identity.logit_noise(self.session.target_ctx, tokens)
 
     def piece(self, token: int) -> str:
         return self.pair.target_model.piece(token).decode("utf-8", "replace")

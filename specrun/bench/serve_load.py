@@ -78,12 +78,14 @@ class Outcome:
 
 
 def send(url: str, request: LoadRequest, temperature: float, *, api_key: str | None = None,
-         submitted: threading.Event | None = None) -> Outcome:
-    """One streamed chat request; `submitted` is set once the server has taken it (its first event)."""
+         submitted: threading.Event | None = None, variables: dict | None = None) -> Outcome:
+    """One streamed chat request; `submitted` is set once the server has taken it (its first event);
+    `variables` go to the chat template as the request's chat_template_kwargs (e.g. enable_thinking)."""
     out = Outcome(request.id, request.category, request.max_tokens)
     messages = ([{"role": "system", "content": request.system}] if request.system else []) + [{"role": "user", "content": request.prompt}]
     body = json.dumps({"messages": messages, "max_tokens": request.max_tokens, "temperature": temperature,
-                       "seed": request.seed, "stream": True, "return_tokens": True}).encode()
+                       "seed": request.seed, "stream": True, "return_tokens": True,
+                       **({"chat_template_kwargs": variables} if variables else {})}).encode()
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
     parts = urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT_S)
@@ -139,7 +141,8 @@ def _read_events(response, out: Outcome, start: float, submitted: threading.Even
     out.text = "".join(pieces)
 
 
-def burst(url: str, requests: Sequence[LoadRequest], temperature: float, *, api_key: str | None = None) -> tuple[list[Outcome], float]:
+def burst(url: str, requests: Sequence[LoadRequest], temperature: float, *, api_key: str | None = None,
+          variables: dict | None = None) -> tuple[list[Outcome], float]:
     """Send every request at once, each from its own client, submitted in order; returns the
     outcomes (in workload order) and the seconds from the first send to the last answer."""
     outcomes: list[Outcome | None] = [None] * len(requests)
@@ -148,7 +151,7 @@ def burst(url: str, requests: Sequence[LoadRequest], temperature: float, *, api_
     def client(i: int) -> None:
         if i > 0:
             taken[i - 1].wait()
-        outcomes[i] = send(url, requests[i], temperature, api_key=api_key, submitted=taken[i])
+        outcomes[i] = send(url, requests[i], temperature, api_key=api_key, submitted=taken[i], variables=variables)
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(len(requests))]
     start = time.perf_counter()

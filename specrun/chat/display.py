@@ -18,9 +18,11 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
-from ..engine.loop import Step
+from ..engine.generation import Step
+from ..models.reasoning import CONTENT, REASONING
 from ..terminal import (
     StatusLine,
+    ThinkingStream,
     isatty,
     mode_label,
     same_terminal,
@@ -46,7 +48,7 @@ def label(mode: str, k: int) -> str:
 def live_label(turn: Turn) -> str:
     """What drafts right now: under auto, the controller's current choice."""
     if turn.mode == "auto":
-        return turn.loop.policy.label()
+        return turn.generation.label()
     return label(turn.mode, turn.k)
 
 
@@ -58,7 +60,7 @@ def final_label(answer: Answer) -> str:
 def status_text(turn: Turn, elapsed: float) -> Text:
     """The live line while an answer streams."""
     text = Text()
-    for i, (part, style) in enumerate(status_parts(turn.loop.stats, elapsed, live_label(turn))):
+    for i, (part, style) in enumerate(status_parts(turn.generation.stats, elapsed, live_label(turn))):
         text.append(" · " if i else "")
         text.append(part, style=style)
     text.stylize("dim", 0, len(text))
@@ -129,9 +131,11 @@ class DraftColours:
 class TerminalDisplay:
     """Live answers on a terminal: streamed text, a status line below it, a summary after."""
 
-    def __init__(self, model, *, show_drafts: bool = False, quiet: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None):
+    def __init__(self, model, *, show_drafts: bool = False, quiet: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None,
+                 hide_thinking: bool = False):
         self.model = model
         self.show_drafts = show_drafts
+        self.hide_thinking = hide_thinking
         self.quiet = quiet
         self.out = stdout or sys.stdout
         self.err = stderr or sys.stderr
@@ -175,16 +179,19 @@ class TerminalDisplay:
         self._started = time.perf_counter()
         self._drawn_at = 0.0
         self._colours = DraftColours(self.model) if self.show_drafts else None
+        self._coloured: deque[list] = deque()  # [text, from a draft] of raw text not yet shown
+        self._thinking = ThinkingStream(self.err, hidden=self.hide_thinking, clean=lambda text: text.translate(_SAFE))
         self._ends_with_newline = True
         if self.live:  # a long prompt takes a while before the first token: say what is happening
             self._line = self._render(Text(f"reading {turn.prefilled} new prompt tokens… · {live_label(turn)}", style="dim"))
             self._draw()
 
     def step(self, step: Step, turn: Turn) -> None:
-        if step.text:
-            self._write(step)
-        elif self._colours is not None:
-            self._colours.split(step)  # tokens whose text is still held back: queue their sizes
+        # the raw text's draft colours (a step whose text is still held back only queues its tokens' sizes)
+        coloured = self._colours.split(step) if self._colours is not None else [(step.text, False)] if step.text else []
+        self._coloured.extend([text, drafted] for text, drafted in coloured)
+        if turn.parts:
+            self._write(turn.parts)
         if not self.live:
             return
         now = time.perf_counter()
@@ -195,6 +202,7 @@ class TerminalDisplay:
 
     def end_answer(self, answer: Answer) -> None:
         self._clear()
+        self._end_thinking()
         if not self._ends_with_newline:
             self.out.write("\n")
             self.out.flush()
@@ -211,14 +219,42 @@ class TerminalDisplay:
 
     # -- the status line -----------------------------------------------------------------------
 
-    def _write(self, step: Step) -> None:
+    def _write(self, parts: list[tuple[str, str]]) -> None:
         """Stream text below which the status line sits; it is cleared first, as text may wrap onto it
-        (cell widths of arbitrary text cannot be predicted reliably), and redrawn after."""
+        (cell widths of arbitrary text cannot be predicted reliably), and redrawn after. A thinking
+        model's reasoning goes to stderr, dimmed; the answer to stdout."""
         self._clear()
-        text = step.text.translate(_SAFE)
+        for kind, text in parts:
+            pieces = self._take(len(text))  # the raw text's draft colours, in step with the parts
+            if kind == REASONING:
+                self._thinking.write(text)
+                self.status_line.shared = True  # below the reasoning on stderr, as below text
+            elif kind == CONTENT:
+                self._end_thinking()
+                self._content(pieces)
+
+    def _end_thinking(self) -> None:
+        if self._thinking.open:
+            self._thinking.close()
+            self.status_line.shared = self.shared
+
+    def _take(self, n: int) -> list[tuple[str, bool]]:
+        taken: list[tuple[str, bool]] = []
+        while n > 0 and self._coloured:
+            entry = self._coloured[0]
+            piece = entry[0][:n]
+            taken.append((piece, entry[1]))
+            entry[0] = entry[0][len(piece):]
+            n -= len(piece)
+            if not entry[0]:
+                self._coloured.popleft()
+        return taken
+
+    def _content(self, pieces: list[tuple[str, bool]]) -> None:
+        text = "".join(p for p, _ in pieces).translate(_SAFE)
         if self._colours is not None:
             styled = Text()
-            for part, drafted in self._colours.split(step):
+            for part, drafted in pieces:
                 styled.append(part.translate(_SAFE), style=DRAFT_STYLE if drafted else None)
             self.console.print(styled, end="")
         else:
@@ -244,10 +280,11 @@ class TerminalDisplay:
 class PlainDisplay:
     """Scripts: answers as they stream to stdout, one per message; summaries to stderr."""
 
-    def __init__(self, *, quiet: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None):
+    def __init__(self, *, quiet: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None, hide_thinking: bool = False):
         self.out = stdout or sys.stdout
         self.err = stderr or sys.stderr
         self.quiet = quiet
+        self.hide_thinking = hide_thinking
         self.errors = 0
 
     def banner(self, session: ChatSession) -> None:
@@ -269,13 +306,19 @@ class PlainDisplay:
 
     def begin_answer(self, turn: Turn) -> None:
         self._ends_with_newline = True
+        self._thinking = ThinkingStream(self.err, hidden=self.hide_thinking)
 
     def step(self, step: Step, turn: Turn) -> None:
-        if step.text:
-            self._out(step.text)
-            self._ends_with_newline = step.text.endswith("\n")
+        for kind, text in turn.parts:
+            if kind == REASONING:
+                self._thinking.write(text)
+            elif kind == CONTENT:
+                self._thinking.close()
+                self._out(text)
+                self._ends_with_newline = text.endswith("\n")
 
     def end_answer(self, answer: Answer) -> None:
+        self._thinking.close()
         if not self._ends_with_newline:
             self._out("\n")
         if answer.error:
@@ -299,6 +342,8 @@ class JsonlDisplay(PlainDisplay):
 
     def end_answer(self, answer: Answer) -> None:
         message = {"role": "assistant", "content": answer.text}
+        if answer.reasoning:
+            message["reasoning_content"] = answer.reasoning
         if answer.interrupted:
             message["interrupted"] = True
         self._out(json.dumps(message, ensure_ascii=False) + "\n")

@@ -10,7 +10,7 @@ import signal
 from contextlib import contextmanager, nullcontext
 from typing import Callable, Protocol
 
-from ..engine.loop import Step
+from ..engine.generation import Step
 from ..errors import OutputClosed, SpecrunError
 from .session import Answer, ChatSession, Turn
 from .slash import is_command, run_command

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from .. import defaults
-from ..engine.loop import GenerationSettings, Step
+from ..engine.generation import Step
+from ..engine.sequence import GenerationSettings
 from ..engine.stats import Stats
 from ..errors import InputError
+from ..models.reasoning import CONTENT, join
 from ..runtime.pair import Pair
-from .transcript import save_transcript
+from .transcript import RESET, save_transcript
 
 MIN_ANSWER_ROOM = 16  # a turn whose prompt leaves less room than this for the answer is refused
 
@@ -83,7 +85,11 @@ class Totals:
 
 @dataclass
 class Answer:
-    """One finished (or interrupted) answer, as the display and the transcript need it."""
+    """One finished (or interrupted) answer, as the display and the transcript need it.
+
+    text: the answer's content; reasoning: a thinking model's reasoning (None without); raw: all
+    the model generated, tags included (what the KV cache holds).
+    """
 
     text: str
     stats: Stats
@@ -92,6 +98,8 @@ class Answer:
     k: int
     interrupted: bool = False
     error: str | None = None
+    reasoning: str | None = None
+    raw: str = ""
 
     def record(self) -> dict:
         """The figures kept with the answer in a saved transcript."""
@@ -122,24 +130,37 @@ class Turn:
     rendered: str
     notices: list[str] = field(default_factory=list)
     prefilled: int = 0
+    parts: list[tuple[str, str]] = field(default_factory=list)  # the last step's text, labelled (models.reasoning)
 
     def __post_init__(self) -> None:
         session = self.session
         self.mode = session.mode
         self.k = session.k
         settings = replace(session.settings_for(session.mode), seed=None if session.seed is None else session.seed + session.totals.turns)
-        self.loop = session.pair.loop(settings, mode=session.mode)
-        cached = session.pair.target_ctx.common_prefix(self.prompt)
+        self.generation = session.pair.generation(self.prompt, settings, mode=session.mode)
+        cached = session.pair.session.target_ctx.common_prefix(0, self.prompt)
         self.prefilled = len(self.prompt) - min(cached, len(self.prompt) - 1)
         self._run: Iterator[Step] | None = None
         self._pieces: list[str] = []
+        self._splitter = session.pair.chat_format.prompt_splitter(self.rendered)
+        self._segments: list[tuple[str, str]] = []
 
     def steps(self) -> Iterator[Step]:
-        """The loop's steps; stop iterating at any time and call finish()."""
-        self._run = self.loop.run(self.prompt)
+        """The loop's steps; stop iterating at any time and call finish(). After each, `parts` holds
+        the text it made final, labelled content, reasoning or markup (think tags)."""
+        self._run = self.generation.run()
         for step in self._run:
             self._pieces.append(step.text)
+            self.parts = self._split(step.text, final=step.finished is not None)
             yield step
+
+    def _split(self, text: str, *, final: bool) -> list[tuple[str, str]]:
+        if self._splitter is None:
+            parts = [(CONTENT, text)] if text else []
+        else:
+            parts = self._splitter.feed(text) + (self._splitter.finish() if final else [])
+        self._segments += parts
+        return parts
 
     def finish(self, *, interrupted: bool = False, broken: bool = False, error: str | None = None) -> Answer:
         """Close the loop, keep the (partial) answer in the history, add it to the totals.
@@ -148,11 +169,15 @@ class Turn:
         """
         if self._run is not None:
             self._run.close()
-        tail = "" if broken else self.loop.flush_text()
-        stats = self.loop.stats
+        tail = "" if broken else self.generation.flush_text()
+        self._split(tail, final=True)
+        self._splitter = None  # finished: nothing more to split
+        stats = self.generation.stats
         if interrupted:
             stats.stop_reason = "interrupted"
-        answer = Answer("".join(self._pieces) + tail, stats, self.prefilled, self.mode, self.k, interrupted, error)
+        split = join(self._segments)
+        answer = Answer(split.content, stats, self.prefilled, self.mode, self.k, interrupted, error, split.reasoning,
+                        "".join(self._pieces) + tail)
         self.session._commit(self, answer, broken)
         return answer
 
@@ -161,13 +186,15 @@ class ChatSession:
     """A conversation with one loaded pair: what the model sees, what the user said, and settings."""
 
     def __init__(self, pair: Pair, settings: GenerationSettings, *, mode: str | None = None, system: str | None = None,
-                 seed: int | None = None, recommended_k: int | None = None):
+                 seed: int | None = None, recommended_k: int | None = None, variables: dict | None = None):
+        """variables: what the chat template is given besides the messages (e.g. enable_thinking)."""
         self.pair = pair
+        self.variables = dict(variables or {})
         self.model = pair.target_model
         self.settings = settings  # draft_max: as given (--draft-max, /k), else None
         self.recommended_k = recommended_k  # the pair's K for the fixed modes
         self.mode = mode or defaults.SPEC_MODE
-        pair.loop(self.settings_for(self.mode), mode=self.mode)  # an unknown mode fails here, before the first turn
+        pair.session.check_mode(self.mode)  # an unknown mode fails here, before the first turn
         self.system = system or None
         self.seed = seed
         self.messages: list[dict] = []  # what the model sees (oldest turns may have been dropped)
@@ -184,11 +211,11 @@ class ChatSession:
     @property
     def k(self) -> int:
         """The most draft tokens per step in the current mode."""
-        return self.settings_for(self.mode).draft_cap(self.mode)
+        return self.settings_for(self.mode).draft_max_for(self.mode)
 
     @property
     def n_ctx(self) -> int:
-        return self.pair.target_ctx.n_ctx
+        return self.pair.n_ctx
 
     # -- prompts -----------------------------------------------------------------------------
 
@@ -197,7 +224,8 @@ class ChatSession:
 
     def _tokens(self, messages: list[dict]) -> tuple[list[int], str]:
         """Prompt tokens for a conversation: the fed history plus the template's delta when possible."""
-        text = self.model.apply_chat_template(self._with_system(messages), True)
+        chat = self.pair.chat_format
+        text = chat.render(self._with_system(messages), variables=self.variables)
         if self._fed is not None and self._fed_text is not None and text.startswith(self._fed_text):
             delta = self.model.tokenize(text[len(self._fed_text) :], add_special=False, parse_special=True)
             history = list(self._fed)
@@ -207,7 +235,7 @@ class ChatSession:
                 else:
                     history.pop()
             return history + delta, text
-        return self.model.tokenize(text, add_special=True, parse_special=True), text
+        return chat.tokenize(text), text
 
     def prepare(self, content: str) -> Turn:
         """Apply the context policy and build the turn; an impossible message raises InputError.
@@ -242,27 +270,38 @@ class ChatSession:
 
     def _commit(self, turn: Turn, answer: Answer, broken: bool) -> None:
         """Record the answer in the history, the transcript and the totals."""
-        reply = {"role": "assistant", "content": answer.text}
+        reply = {"role": "assistant", "content": answer.text, **({"reasoning_content": answer.reasoning} if answer.reasoning else {})}
         self.messages = turn.messages + [reply]
         self.transcript += [turn.user, {**reply, "stats": answer.record(), **({"interrupted": True} if answer.interrupted else {})}]
         self.totals.add(answer.stats, turn.prefilled, answer.interrupted)
         if broken:
             self._fed = self._fed_text = None
-            for ctx in (self.pair.target_ctx, self.pair.draft_ctx):
-                if ctx is not None:
-                    ctx.clear()
+            self.pair.session.reset()
             return
-        self._fed = turn.prompt + list(turn.loop.generated)
+        self._fed = turn.prompt + list(turn.generation.generated)
         # a stop string leaves tokens in the history whose text the answer does not hold
-        self._fed_text = None if answer.stats.stop_reason == "stop" else turn.rendered + answer.text
+        self._fed_text = None if answer.stats.stop_reason == "stop" else turn.rendered + answer.raw
 
     # -- commands' effects -------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget the conversation (the system prompt stays); the caches are reused from the prefix."""
+        """Forget the conversation (the system prompt stays); the caches are reused from the prefix.
+
+        The model forgets, the transcript does not: it keeps the earlier turns, with a marker where
+        the reset happened, so `/save` after a `/reset` still writes what came before it."""
         self.messages = []
-        self.transcript = [{"role": "system", "content": self.system}] if self.system else []
+        if self._turns_since_reset():
+            self.transcript.append(dict(RESET))
         self._fed = self._fed_text = None
+
+    def _turns_since_reset(self) -> bool:
+        """Whether anything was said since the last reset marker (two resets in a row mark once)."""
+        for message in reversed(self.transcript):
+            if message == RESET:
+                return False
+            if message["role"] in ("user", "assistant"):
+                return True
+        return False
 
     def set_system(self, text: str | None) -> None:
         self.system = text or None
@@ -277,7 +316,7 @@ class ChatSession:
             self.transcript.append(dict(message))
 
     def set_mode(self, mode: str) -> None:
-        self.pair.loop(self.settings_for(mode), mode=mode)  # raises InputError for an unknown mode
+        self.pair.session.check_mode(mode)  # raises InputError for an unknown mode
         self.mode = mode
 
     def set_k(self, k: int) -> None:
@@ -286,8 +325,9 @@ class ChatSession:
     def set_temperature(self, value: float) -> None:
         self.settings = replace(self.settings, sampling=replace(self.settings.sampling, temperature=value))
 
-    def save(self, path: str) -> str:
-        return save_transcript(path, self.transcript_document())
+    def save(self, path: str, *, replace: bool = False) -> str:
+        """Write the transcript; an existing file is refused unless `replace` (InputError)."""
+        return save_transcript(path, self.transcript_document(), replace=replace)
 
     def transcript_document(self) -> dict:
         config = self.pair.config

@@ -15,12 +15,13 @@ from .session import ChatSession
 COMMANDS = {
     "/help": "list commands and keys",
     "/stats": "totals for this session",
-    "/reset": "forget the conversation (keeps the system prompt)",
+    "/reset": "forget the conversation (keeps the system prompt; /save still writes what came before)",
     "/system": "TEXT: set the system prompt ('/system none' clears it, '/system' shows it)",
-    "/spec": "MODE: speculation mode: off, draft, ngram, hybrid or auto; '/spec' shows it",
+    "/spec": "MODE: speculation mode: off, draft, ngram, hybrid, text, mtp or auto; '/spec' shows it",
     "/k": "N: most draft tokens per step (K, in every mode; auto picks up to it); 0 turns drafting off",
     "/temp": "X: sampling temperature (0: greedy)",
-    "/save": "FILE: write the transcript (.md or .json), atomically",
+    "/save": "FILE: write the transcript (.md or .json), atomically; refuses to replace an existing FILE",
+    "/save!": "FILE: the same, replacing FILE if it exists",
     "/exit": "leave (also /quit, Ctrl-D)",
 }
 ALIASES = {"/quit": "/exit", "/q": "/exit", "/?": "/help", "/temperature": "/temp"}
@@ -95,7 +96,8 @@ def _stats(session: ChatSession, arg: str) -> Reply:
 
 def _reset(session: ChatSession, arg: str) -> Reply:
     session.reset()
-    return Reply("conversation cleared" + (" (system prompt kept)" if session.system else ""))
+    kept = " (system prompt kept)" if session.system else ""
+    return Reply(f"conversation cleared{kept}; the transcript keeps the earlier turns for /save")
 
 
 def _system(session: ChatSession, arg: str) -> Reply:
@@ -135,10 +137,10 @@ def _temp(session: ChatSession, arg: str) -> Reply:
     return Reply(f"temperature {value:g}" + (" (greedy)" if value == 0 else ""))
 
 
-def _save(session: ChatSession, arg: str) -> Reply:
+def _save(session: ChatSession, arg: str, replace: bool = False) -> Reply:
     if not arg:
-        return Reply("/save needs a file name ending in .md or .json", error=True)
-    return Reply(f"saved {session.save(arg)}")
+        return Reply(f"/save{'!' if replace else ''} needs a file name ending in .md or .json", error=True)
+    return Reply(f"saved {session.save(arg, replace=replace)}")
 
 
 _HANDLERS: dict[str, Callable[[ChatSession, str], Reply]] = {
@@ -150,5 +152,6 @@ _HANDLERS: dict[str, Callable[[ChatSession, str], Reply]] = {
     "/k": _k,
     "/temp": _temp,
     "/save": _save,
+    "/save!": lambda session, arg: _save(session, arg, replace=True),
     "/exit": lambda session, arg: Reply(exit=True),
 }

@@ -1,7 +1,8 @@
 """A chat transcript on disk, as Markdown or JSON by the file's extension.
 
 Written to a temporary file in the same folder, fsynced and renamed, so an existing transcript is
-never left half-written.
+never left half-written; and an existing file is only replaced when asked (`/save!`), so a typo in
+a name never destroys a file. A `/reset` shows in the transcript as a marker, not as a loss.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ from ..errors import InputError
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".json": "json"}
 
 
-def save_transcript(path: str | Path, document: dict) -> str:
-    """Write `document` (models, settings, messages, totals) to `path`; returns the path written."""
+RESET = {"role": "reset"}  # the marker a /reset leaves in the messages
+
+
+def save_transcript(path: str | Path, document: dict, *, replace: bool = False) -> str:
+    """Write `document` (models, settings, messages, totals) to `path`; returns the path written.
+    An existing `path` is refused unless `replace`."""
     target = Path(path).expanduser()
     kind = FORMATS.get(target.suffix.lower())
     if kind is None:
@@ -25,7 +30,9 @@ def save_transcript(path: str | Path, document: dict) -> str:
     document = {"saved": datetime.now(timezone.utc).isoformat(timespec="seconds"), **document}
     text = to_markdown(document) if kind == "markdown" else json.dumps(document, ensure_ascii=False, indent=2) + "\n"
     try:
-        write_atomic(target, text)
+        write_atomic(target, text, exclusive=not replace)
+    except FileExistsError as error:
+        raise InputError(f"{target} already exists", f"/save! {path} overwrites it") from error
     except OSError as error:
         raise InputError(f"could not write {target}: {error.strerror or error}", "check the folder exists and is writable") from error
     return str(target)
@@ -44,6 +51,9 @@ def to_markdown(document: dict) -> str:
     ]
     for message in document["messages"]:
         role = message["role"]
+        if role == RESET["role"]:
+            lines += ["---", "", "_/reset: the conversation started afresh here (the system prompt stayed)_", ""]
+            continue
         if role == "system":
             lines += ["## System", "", message["content"] or "_(cleared)_", ""]
             continue

@@ -1,7 +1,8 @@
 """The `specrun` command line: commands, and the error → message/exit-code table.
 
 Every SpecrunError becomes one line on stderr and its exit code; a closed pipe ends quietly;
-Ctrl-C exits 130 after the command has flushed what it had. SPECRUN_DEBUG=1 shows tracebacks.
+Ctrl-C exits 130 after the command has flushed what it had; an exception that ends a background
+thread is one line too (thread_errors.py). SPECRUN_DEBUG=1 shows tracebacks.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..errors import (
     OutputClosed,
     SpecrunError,
 )
+from . import thread_errors
 from .run import run
 
 app = typer.Typer(
@@ -80,6 +82,7 @@ def _quiet_broken_pipe() -> int:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app and map failures to one line and an exit code."""
     code = 0
+    thread_errors.install()
     try:
         _register_optional()  # a command group that fails to import is a bug: reported below, never hidden
         result = app(args=argv, prog_name="specrun", standalone_mode=False)

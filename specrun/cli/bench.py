@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -35,8 +35,10 @@ from ..bench.runner import (
     run_bench,
 )
 from ..errors import InputError
+from ..runtime.chat_format import thinking_variables
 from ..terminal import Output, progress_display
 from . import options as opt
+from .lists import parse_list
 from .options import flag_groups
 from .settings import check_runtime, generation_settings, open_pair, resolve
 
@@ -59,6 +61,7 @@ JsonFile = Annotated[Optional[str], typer.Option("--json", metavar="FILE|-", hel
 CsvFile = Annotated[Optional[Path], typer.Option("--csv", metavar="FILE", help="Write every row (categories, then prompts) as CSV.", rich_help_panel=opt.OUTPUT)]
 MarkdownFile = Annotated[Optional[Path], typer.Option("--markdown", metavar="FILE", help="Write a Markdown report.", rich_help_panel=opt.OUTPUT)]
 PlotFile = Annotated[Optional[Path], typer.Option("--plot", metavar="FILE.png", help="Plot speedup by K per category and acceptance by draft position (needs matplotlib: pip install 'specrun\\[plot]').", rich_help_panel=opt.OUTPUT)]
+SyntheticList = Annotated[Optional[str], typer.Option("--synthetic-acceptance", metavar="P[,P...]", help="Measure the pipeline, not the model: accept each draft position with probability P (seeded) instead of verifying it, e.g. 0.6,0.8,0.9; every speculative configuration runs once per P. The draft and target passes still run at their real sizes; such rows are marked synthetic, never checked against plain decoding, never learned from.", rich_help_panel=BENCH)]
 SERVE = "Server benchmark"
 Serve = Annotated[bool, typer.Option("--serve", help="Benchmark `specrun serve`: a burst of requests (every prompt with a long and a short answer) from concurrent HTTP clients, per mode, schedule and --concurrency.", rich_help_panel=SERVE)]
 ConcurrencyList = Annotated[str, typer.Option("--concurrency", help="With --serve: comma-separated numbers of sequences decoded together (the server's --parallel), e.g. 1,2,4.", rich_help_panel=SERVE)]
@@ -85,10 +88,12 @@ def bench(
     quick: Quick = False,
     fresh: Fresh = False,
     seed: Seed = 0,
+    synthetic_acceptance: SyntheticList = None,
     ignore_eos: opt.IgnoreEos = False,
     tuning: opt.TuningFlags = opt.TuningFlags(),
     filters: opt.FilterFlags = opt.FilterFlags(),
     chat: opt.Chat = True,
+    think: opt.Think = None,
     runtime: opt.RuntimeFlags = opt.RuntimeFlags(),
     json_file: JsonFile = None,
     csv_file: CsvFile = None,
@@ -103,7 +108,10 @@ def bench(
     modes = parse_list(spec or ("off,auto" if serve else "off,draft"), str, "--spec")
     ks = parse_list(draft_max, int, "--draft-max") if draft_max is not None else None
     temperatures = parse_list(temperature or "0", float, "--temperature")
-    configurations(modes, ks, temperatures)  # bad values fail before any model is touched
+    synthetic = parse_list(synthetic_acceptance, float, "--synthetic-acceptance") if synthetic_acceptance is not None else None
+    configurations(modes, ks, temperatures, synthetic=synthetic)  # bad values fail before any model is touched
+    if synthetic is not None and serve:
+        raise InputError("--synthetic-acceptance measures single requests only", "drop --serve, or drop --synthetic-acceptance")
     check_runtime(runtime)
     settings = BenchSettings(
         runs=runs or (QUICK["runs"] if quick else defaults.BENCH_RUNS),
@@ -122,21 +130,21 @@ def bench(
         from . import bench_serve  # the server's modules load only here
 
         return bench_serve.command(models, modes, ks, temperatures, settings, chosen, runtime, concurrency, schedule, runs,
-                                   json_file, csv_file, markdown_file, plot_file, quiet)
+                                   json_file, csv_file, markdown_file, plot_file, quiet, thinking_variables(think))
     load_start = load_average()
     out = Output(quiet=quiet, json_mode=json_file == "-")
     resolved = resolve(models)
-    configs = configurations(modes, ks, temperatures, QUICK["draft_max"] if quick else resolved.recommended_k)
+    configs = configurations(modes, ks, temperatures, QUICK["draft_max"] if quick else resolved.recommended_k, synthetic)
     loaded = open_pair(resolved, runtime, out.warn)
-    loaded.speculation.fresh = fresh
     out.note(f"specrun: {loaded.placement.describe()}")
     try:
-        engine = PairEngine(loaded, chat=chat)
+        engine = PairEngine(loaded, chat=chat, fresh=fresh, variables=thinking_variables(think))
         env = environment(loaded, load_average_start=load_start)
         with progress_display(out.err, unit="steps", quiet=out.quiet) as progress:
             result = run_bench(engine, chosen, configs, settings, lambda phase, *rest: progress(f"bench: {phase}", *rest))
-        record = {**settings.to_dict(), "spec": modes, "draft_max": ks, "temperatures": temperatures, "chat": chat,
+        record = {**settings.to_dict(), "spec": modes, "draft_max": ks, "temperatures": temperatures, "chat": chat, "think": think,
                   "categories": list(dict.fromkeys(p.category for p in chosen)), "limit": limit, "quick": quick, "fresh": fresh,
+                  "synthetic_acceptance": synthetic,
                   "prompts_file": str(prompts) if prompts else None}
         doc = document(result, env, record, pieces=engine.piece)
     finally:
@@ -146,21 +154,6 @@ def bench(
         render_summary(doc, out)
     for warning in doc["warnings"] if quiet else []:
         out.warn(f"warning: {warning}")
-
-
-def parse_list(text: str, convert: Callable, flag: str) -> list:
-    """'1, 2,4' → [1, 2, 4]; a bad item is a usage error naming the flag."""
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise InputError(f"{flag} needs at least one value", f"pass a comma-separated list to {flag}")
-    out = []
-    for item in items:
-        try:
-            out.append(convert(item))
-        except ValueError:
-            kind = "a whole number" if convert is int else "a number" if convert is float else "valid"
-            raise InputError(f"{flag}: {item!r} is not {kind}", f"pass a comma-separated list to {flag}, e.g. 1,2,4") from None
-    return out
 
 
 def check_outputs(json_file: str | None, csv_file: Path | None, markdown_file: Path | None, plot_file: Path | None) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
@@ -22,21 +22,21 @@ from ..bench.environment import environment, load_average
 from ..bench.prompts import BenchPrompt
 from ..bench.render import markdown_table
 from ..bench.serve_load import LoadRequest, burst, mark_identical, record, send, table_rows, warnings, workload
-from ..engine.batch import SharedContext
+from ..engine.auto.costs import DecodeCosts
+from ..engine.llama import Context
 from ..engine.identity import check_output, logit_noise, tolerance_from_noise
-from ..engine.loop import GenerationSettings
+from ..engine.sequence import GenerationSettings
 from ..errors import InputError
 from ..models.fetch import Resolved
 from ..runtime.pair import Pair
-from ..serve.batch_engine import SERVE_MODES
-from ..serve.costs import BatchCosts
-from ..serve.costs import measure as measure_costs
+from ..runtime.session import Session
+from ..runtime.session import require_mode
 from ..serve.scheduler import SCHEDULES
 from ..serve.server import BackgroundServer
 from ..serve.service import ServeOptions, Service
 from ..terminal import Output
 from ..bench.runner import BenchSettings
-from .bench import parse_list
+from .lists import parse_list
 from .options import ModelFlags, RuntimeFlags
 from .settings import pair_config, resolve
 
@@ -58,11 +58,13 @@ class ServeBench:
     max_tokens: int
     seed: int
     base: GenerationSettings
+    variables: dict = field(default_factory=dict)  # the chat template's variables (--think/--no-think)
 
 
 def command(models: ModelFlags, modes: list[str], ks: list[int] | None, temperatures: list[float], settings: BenchSettings,
             prompts: Sequence[BenchPrompt], runtime: RuntimeFlags, concurrency: str, schedule: str, runs: int | None,
-            json_file: str | None, csv_file: Path | None, markdown_file: Path | None, plot_file: Path | None, quiet: bool) -> None:
+            json_file: str | None, csv_file: Path | None, markdown_file: Path | None, plot_file: Path | None, quiet: bool,
+            variables: dict | None = None) -> None:
     """`specrun bench --serve`, from the flags `bench` has parsed."""
     if csv_file or plot_file:
         raise InputError("--csv and --plot describe the single-request bench", "with --serve, use --json or --markdown")
@@ -72,6 +74,7 @@ def command(models: ModelFlags, modes: list[str], ks: list[int] | None, temperat
         modes=list(dict.fromkeys(["off", *modes])), draft_max=ks[0] if ks else None, temperatures=temperatures,
         concurrency=parse_list(concurrency, int, "--concurrency"), schedules=[s.lower() for s in parse_list(schedule, str, "--schedule")],
         runs=runs or 1, warmup=settings.warmup, max_tokens=settings.max_tokens, seed=settings.base.seed or 0, base=settings.base,
+        variables=dict(variables or {}),
     )
     check(bench)
     out = Output(quiet=quiet, json_mode=json_file == "-")
@@ -82,8 +85,7 @@ def command(models: ModelFlags, modes: list[str], ks: list[int] | None, temperat
 def check(bench: ServeBench) -> None:
     """Bad values fail before any model is touched."""
     for mode in bench.modes:
-        if mode not in SERVE_MODES:
-            raise InputError(f"unknown speculation mode {mode!r}", f"use one of: {', '.join(SERVE_MODES)}")
+        require_mode(mode)
     for schedule in bench.schedules:
         if schedule not in SCHEDULES:
             raise InputError(f"--schedule: unknown schedule {schedule!r}", f"use one of: {', '.join(SCHEDULES)}")
@@ -96,17 +98,16 @@ def check(bench: ServeBench) -> None:
 def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, runtime: RuntimeFlags, out: Output) -> dict:
     """Every run of the comparison, as one JSON-ready document."""
     load_start = load_average()
-    loaded = Pair(pair_config(resolved, runtime), warn=out.warn, contexts=False)
+    loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
     try:
         requests = workload(prompts, bench.max_tokens, bench.seed)
-        _check_fit(loaded, requests, runtime.ctx_size)
+        _check_fit(loaded, requests, runtime.ctx_size, bench.variables)
         env = environment(loaded, load_average_start=load_start)
         started = time.perf_counter()
         runs: list[dict] = []
         if not out.quiet:
             out.warn("bench --serve: measuring batch costs")
-        calibration = measure_costs(loaded.target_model, loaded.draft_model, parallel=max(bench.concurrency), ctx_size=runtime.ctx_size,
-                                    threads=loaded.threads, n_batch=loaded.config.n_batch).points()
+        calibration = _calibrate(loaded, max(bench.concurrency))
         for temperature in bench.temperatures:
             for concurrency in bench.concurrency:
                 for schedule in bench.schedules:
@@ -116,7 +117,7 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
                                                                  calibration)
                             runs.append(record(mode, schedule, concurrency, repetition, temperature, outcomes, makespan, share))
                             _progress(out, runs[-1])
-        judge(loaded, requests, mark_identical(runs), runtime.ctx_size)
+        judge(loaded, requests, mark_identical(runs), runtime.ctx_size, bench.variables)
         cpus = (env.get("machine") or {}).get("cpu_count") or 0
         return {
             "schema": SCHEMA,
@@ -125,7 +126,7 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
             "settings": {"modes": list(bench.modes), "draft_max": bench.draft_max, "temperatures": list(bench.temperatures),
                          "concurrency": list(bench.concurrency), "schedules": list(bench.schedules), "runs": bench.runs,
                          "warmup": bench.warmup, "max_tokens": bench.max_tokens, "short_max_tokens": max(1, bench.max_tokens // 4),
-                         "seed": bench.seed, "requests": len(requests)},
+                         "seed": bench.seed, "requests": len(requests), "chat_template_kwargs": dict(bench.variables)},
             "environment": env,
             "calibration": calibration,
             "workload": [{"id": r.id, "category": r.category, "max_tokens": r.max_tokens, "seed": r.seed} for r in requests],
@@ -136,7 +137,8 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
         loaded.close()
 
 
-def judge(pair: Pair, requests: Sequence[LoadRequest], differing: Sequence[tuple[dict, dict, dict]], ctx_size: int) -> None:
+def judge(pair: Pair, requests: Sequence[LoadRequest], differing: Sequence[tuple[dict, dict, dict]], ctx_size: int,
+          variables: dict | None = None) -> None:
     """A greedy answer that differs from plain decoding's is checked, with plain's, token by token
     against the target's own logits (engine.identity): each run counts its answers whose every
     token is the target's choice or a measured near-tie (`near_ties`) and those with a token
@@ -144,13 +146,12 @@ def judge(pair: Pair, requests: Sequence[LoadRequest], differing: Sequence[tuple
     if not differing:
         return
     by_id = {r.id: r for r in requests}
-    ctx = SharedContext(pair.target_model, n_seq=1, n_ctx_seq=ctx_size, n_threads=pair.threads, n_batch=pair.config.n_batch)
+    ctx = Context(pair.target_model, n_ctx=ctx_size, n_threads=pair.threads, n_batch=pair.config.n_batch)
     try:
-        view = ctx.view(0)
         for run, outcome, other in differing:
-            prompt = pair.tokens_for_messages(_messages(by_id[outcome["id"]]))
-            tolerance = tolerance_from_noise(logit_noise(view, prompt))
-            checks = [check_output(view, prompt, o["tokens"], tolerance) for o in (outcome, other)]
+            prompt = pair.tokens_for_messages(_messages(by_id[outcome["id"]]), variables)
+            tolerance = tolerance_from_noise(logit_noise(ctx, prompt))
+            checks = [check_output(ctx, prompt, o["tokens"], tolerance) for o in (outcome, other)]
             key = "violations" if any(c.violations for c in checks) else "near_ties"
             run[key] = run.get(key, 0) + 1
             run.setdefault("findings", []).append({"id": outcome["id"], "identity": checks[0].to_dict(), "plain_identity": checks[1].to_dict()})
@@ -162,9 +163,9 @@ def _messages(request: LoadRequest) -> list[dict]:
     return ([{"role": "system", "content": request.system}] if request.system else []) + [{"role": "user", "content": request.prompt}]
 
 
-def _check_fit(pair: Pair, requests: Sequence[LoadRequest], ctx_size: int) -> None:
+def _check_fit(pair: Pair, requests: Sequence[LoadRequest], ctx_size: int, variables: dict | None = None) -> None:
     for request in requests:
-        n = len(pair.tokens_for_messages(_messages(request)))
+        n = len(pair.tokens_for_messages(_messages(request), variables))
         if n + request.max_tokens > ctx_size:
             raise InputError(f"{request.id}: {n} prompt tokens + {request.max_tokens} do not fit in --ctx-size {ctx_size}",
                              f"raise --ctx-size to {n + request.max_tokens} or lower --max-tokens")
@@ -175,25 +176,36 @@ def _one_run(pair: Pair, bench: ServeBench, requests: Sequence[LoadRequest], mod
     """A fresh server for one configuration, starting from the shared batch costs, warmed up, then
     the burst; with the share of its threads' CPU time the process got meanwhile (the server is
     busy throughout a burst, so well under 1 means other processes took the rest)."""
-    k_cap = defaults.draft_max_for(mode, bench.draft_max)
-    k_cap = defaults.AUTO_K_MAX if k_cap is None else k_cap
-    costs = BatchCosts.of(_points(calibration["verify_s"]), _points(calibration["draft_s"]))
-    options = ServeOptions(parallel=concurrency, queue=len(requests), schedule=schedule, mode=mode, k_cap=k_cap, base=bench.base)
+    k_max = defaults.draft_max_for(mode, bench.draft_max)
+    draft = _points(calibration["draft_s"])
+    costs = DecodeCosts(_points(calibration["verify_s"]), (draft or {}).get(1), None, None, draft)
+    options = ServeOptions(parallel=concurrency, queue=len(requests), schedule=schedule, mode=mode, draft_max=k_max, base=bench.base)
     service = Service(pair, options, costs=costs)
     try:
         server = BackgroundServer(service)
         try:
             for i in range(bench.warmup):
                 warm = LoadRequest(f"warmup/{i}", "warmup", requests[0].prompt, requests[0].system, WARMUP_TOKENS, bench.seed)
-                send(server.url, warm, temperature)
+                send(server.url, warm, temperature, variables=bench.variables)
             cpu_before = time.process_time()
-            outcomes, makespan = burst(server.url, requests, temperature)
+            outcomes, makespan = burst(server.url, requests, temperature, variables=bench.variables)
             share = (time.process_time() - cpu_before) / (makespan * pair.threads) if makespan > 0 else None
         finally:
             server.stop()
     finally:
         service.close()
     return outcomes, makespan, round(share, 3) if share is not None else None
+
+
+def _calibrate(pair: Pair, parallel: int) -> dict:
+    """One measurement of batch costs that every server of the comparison starts from, as JSON."""
+    session = Session(pair.models())
+    try:
+        costs = session.measure(parallel=parallel)
+    finally:
+        session.close()
+    return {"verify_s": {str(k): round(v, 6) for k, v in costs.verify_s.items()},
+            "draft_s": {str(k): round(v, 6) for k, v in costs.draft_s.items()} if costs.draft_s else None}
 
 
 def _points(points: dict | None) -> dict[int, float] | None:

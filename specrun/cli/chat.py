@@ -13,7 +13,8 @@ from ..chat.input import JsonlInput, LineInput, TerminalInput
 from ..chat.repl import Interrupts, run_session
 from ..chat.session import ChatSession
 from ..chat.slash import ALIASES, COMMANDS
-from ..errors import EXIT_USAGE, InputError
+from ..errors import EXIT_USAGE
+from ..runtime.chat_format import thinking_variables
 from ..terminal import Output, isatty
 from . import options as opt
 from .options import flag_groups
@@ -36,6 +37,8 @@ def chat(
     speculation: opt.SpeculationFlags = opt.SpeculationFlags(),
     runtime: opt.RuntimeFlags = opt.RuntimeFlags(),
     system: opt.System = None,
+    think: opt.Think = None,
+    hide_thinking: opt.HideThinking = False,
     show_drafts: ShowDrafts = False,
     jsonl: Jsonl = False,
     quiet: opt.Quiet = False,
@@ -54,17 +57,15 @@ def chat(
         out.warn("loading models…")
     loaded = open_pair(resolved, runtime, out.warn)
     try:
-        if loaded.target_model.chat_template() is None:
-            raise InputError(f"{resolved.target.name} has no chat template in its metadata", "chat needs one; `specrun run --raw` feeds text as is")
         session = ChatSession(loaded, settings, mode=spec_mode(speculation.spec, models.draft), system=system, seed=seed,
-                              recommended_k=resolved.recommended_k)
+                              recommended_k=resolved.recommended_k, variables=thinking_variables(think))
         if terminal:
-            display = TerminalDisplay(loaded.target_model, show_drafts=show_drafts, quiet=quiet)
+            display = TerminalDisplay(loaded.target_model, show_drafts=show_drafts, quiet=quiet, hide_thinking=hide_thinking)
             reader = TerminalInput(list(COMMANDS) + list(ALIASES), before_prompt=display.before_prompt)
             display.banner(session)
             run_session(session, reader.read, display, Interrupts(sys.stdin.fileno()))
         else:
-            display = JsonlDisplay(quiet=quiet) if jsonl else PlainDisplay(quiet=quiet)
+            display = JsonlDisplay(quiet=quiet) if jsonl else PlainDisplay(quiet=quiet, hide_thinking=hide_thinking)
             reader = JsonlInput() if jsonl else LineInput()
             run_session(session, reader.read, display, None)
     finally:

@@ -63,15 +63,15 @@ def llama_cpp_build(workers: tuple[str, ...]) -> dict:
     load is the error (exit 1)."""
     try:
         from ..engine import devices as engine_devices
-        from ..engine import llama as engine_llama
+        from ..engine import lib as engine_lib
         from ..engine import rpc as engine_rpc
 
-        engine_llama.init_backend()
+        engine_lib.init_backend()
         fatal.install()
         engine_rpc.connect([engine_rpc.parse_endpoint(e) for e in workers])
         return {
-            "llama_cpp": {"version": engine_llama.version(), "system_info": engine_llama.system_info().strip(),
-                          "rpc": engine_rpc.supported(), "amx_build": engine_llama.has_amx()},
+            "llama_cpp": {"version": engine_lib.version(), "system_info": engine_lib.system_info().strip(),
+                          "rpc": engine_rpc.supported(), "amx_build": engine_lib.has_amx()},
             "backends": engine_devices.backends(),
             "devices": [d.to_dict() for d in engine_devices.devices(workers)],
         }
@@ -130,13 +130,14 @@ def pair_report(models: opt.ModelFlags, runtime: opt.RuntimeFlags, calibrate: bo
     resolved = resolve(models)
     loaded = open_pair(resolved, runtime, out.warn)
     try:
-        measured = loaded.speculation.calibrate() if calibrate else loaded.speculation.decode_costs()
+        measured = loaded.session.calibrate() if calibrate else loaded.session.decode_costs()
         from ..engine.devices import has_gpu
 
         gpu = has_gpu() or loaded.placement.remote
         return {
             "pair": {"target": str(Path(resolved.target).resolve()), "draft": str(Path(resolved.draft).resolve()) if resolved.draft else None},
             "placement": loaded.placement.to_dict(), "placement_text": loaded.placement.describe(),
+            "mtp_heads": loaded.target_model.mtp_heads, "rollback": loaded.session.rollback(),
             **costs_report(measured, calibrate, gpu),
         }
     finally:
@@ -147,11 +148,15 @@ def costs_report(measured: DecodeCosts, calibrated: bool, gpu: bool) -> dict:
     """The cost curve in the document's units, the break-even acceptances and the verdict."""
     costs = Costs(plain_s=measured.verify_s[1], verify_s=dict(measured.verify_s), draft_token_s=measured.draft_token_s or 0.0)
     result = break_even.verdict(costs)
+    head_s = (measured.mtp_s or {}).get(1)
+    # the MTP head drafts like a draft model whose token costs one head pass
+    head = break_even.verdict(Costs(plain_s=costs.plain_s, verify_s=costs.verify_s, draft_token_s=head_s)) if head_s else None
     return {
         "costs": {"calibrated_now": calibrated, "verify_s": {str(k): v for k, v in sorted(measured.verify_s.items())},
-                  "draft_token_s": measured.draft_token_s,
+                  "draft_token_s": measured.draft_token_s, "mtp_token_s": head_s,
+                  "mtp_over_plain": round(head_s / costs.plain_s, 3) if head_s else None,
                   "verify_over_plain": {str(k): round(v / costs.plain_s, 3) for k, v in sorted(measured.verify_s.items())}},
-        "break_even": result.to_dict(),
+        "break_even": {**result.to_dict(), "mtp": head.to_dict()["draft"] if head is not None else None},
         "verdict": break_even.sentence(result, gpu=gpu),
     }
 
@@ -179,6 +184,10 @@ def rows(report: dict) -> list[tuple[str, str]]:
         pair = report["pair"]
         out.append(("pair", f"target {Path(pair['target']).name}" + (f" · draft {Path(pair['draft']).name}" if pair["draft"] else " · no draft")))
         out.append(("placement", report["placement_text"]))
+        back = report.get("rollback")
+        if back:
+            limit = "any number" if back["limit"] is None else back["limit"]
+            out.append(("target", f"cache rewinds by {back['kind']} ({limit} draft tokens a step) · MTP heads {report['mtp_heads']}"))
         costs = report["costs"]
         curve = "  ".join(f"{k}: {v * 1000:.1f}" for k, v in costs["verify_s"].items())
         out.append(("target pass", f"ms by batch size: {curve}"))
@@ -199,6 +208,8 @@ def break_even_rows(table: dict) -> list[tuple[str, str]]:
     if table["draft"] is not None:
         out.append(("break-even α", f"draft model  {cells(table['draft'])}"))
     out.append(("break-even α" if table["draft"] is None else "", f"prompt lookup  {cells(table['lookup'])}"))
+    if table.get("mtp"):
+        out.append(("", f"MTP head  {cells(table['mtp'])}"))
     for kind, row in table["expected_speedup"].items():
         parts = [f"{name} {b['speedup']:.2f}× (K={b['k']})" for name, b in row.items() if name != "alpha"]
         out.append(("expect", f"{kind} (α {row['alpha']:.0%}): " + ", ".join(parts)))

@@ -15,14 +15,16 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import InputError, ModelFileError
-from ..models import discover
+from ..models import digests, discover
 from ..models.fetch import (
     availability,
     fetch_model,
     hf_cached,
     hf_fetch,
+    model_paths,
     parse_hf_spec,
     resolve_spec,
+    shard_paths,
 )
 from ..models.registry import Model, Registry, load_registry
 from ..terminal import human_size, progress_display
@@ -125,26 +127,42 @@ def pull(
     registry: RegistryOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Download or assemble models ahead of time; prints their paths. Running it again does nothing."""
+    """Download or assemble models ahead of time; prints their paths, and each fetched file's sha256 (to pin it) on stderr. Running it again does nothing."""
     reg = load_registry(registry)
     results = []
     with progress_display() as hook:
         if name is not None and name.strip().lower().startswith("hf:"):
             src = parse_hf_spec(name)
             was = "present" if hf_cached(src) else "fetched"
-            results.append({"name": name, "path": str(hf_fetch(src, hook)), "was": was})
+            path = hf_fetch(src, hook)
+            results.append(_pulled(name, path, shard_paths(src, path), was, hook))
         else:
             for model in _models_to_pull(name, reg):
                 before = availability(model)
                 path = fetch_model(model, hook)
-                results.append({"name": model.name, "path": str(path), "was": "present" if before.path else "fetched"})
+                results.append(_pulled(model.name, path, model_paths(model, path), "present" if before.path else "fetched", hook))
     if json_output:
         _print_json({"pulled": results})
         return
     for r in results:
+        hashes = ", ".join(r["sha256"] or [])
         if r["was"] == "present":
-            sys.stderr.write(f"{r['name']}: already present\n")
+            sys.stderr.write(f"{r['name']}: already present" + (f", sha256 {hashes}" if hashes else "") + "\n")
+        else:
+            sys.stderr.write(f"{r['name']}: sha256 {hashes}\n")
         print(r["path"])
+
+
+def _pulled(name: str, path: Path, files: list[Path], was: str, hook) -> dict:
+    """One result of `pull`: where the model is and the sha256 of each of its files, so it can be
+    pinned. A fresh fetch is hashed (from its check when it had one); a file already present shows
+    the hash known without reading it, if any (null otherwise: pull never re-reads what it did not fetch)."""
+    if was == "fetched":
+        hashes: list[str] | None = [digests.fetched_sha256(f, hook) for f in files]
+    else:
+        known = [digests.known_sha256(f) for f in files]
+        hashes = known if all(known) else None  # type: ignore[assignment]
+    return {"name": name, "path": str(path), "was": was, "sha256": hashes}
 
 
 def _models_to_pull(name: str | None, reg: Registry) -> list[Model]:
@@ -179,23 +197,48 @@ def check(
     registry: RegistryOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Report whether DRAFT can draft for TARGET, from GGUF metadata only. Exit 0 compatible, 3 not."""
+    """Report whether DRAFT can draft for TARGET, from GGUF metadata only: through shared tokens, or
+    through text. Exit 0 when it can, 3 when it cannot."""
     from ..models.compat import check_pair
 
     reg = load_registry(registry)
     target_spec, draft_spec = _specs(target, draft, reg)
     with progress_display() as hook:
         target_path = resolve_spec(target_spec, reg, hook)
+        facts = target_facts(target_path)
         if draft_spec is None:
+            if facts["mtp_heads"]:  # it drafts for itself
+                if json_output:
+                    _print_json({"target": str(target_path), **facts})
+                else:
+                    print(f"target  {target_path}\n\n{render_facts(facts)}")
+                return
             raise InputError(f"no draft given for '{target_spec}'", "pass a DRAFT too, or run `specrun drafts TARGET` to find one")
         draft_path = resolve_spec(draft_spec, reg, hook)
     report = check_pair(target_path, draft_path)
     if json_output:
-        _print_json(report.to_dict())
+        _print_json({**report.to_dict(), **facts})
     else:
-        print(render_report(report))
-    if not report.compatible:
+        print(render_report(report, facts))
+    if report.drafting is None:
         raise typer.Exit(code=3)
+
+
+def target_facts(path: Path) -> dict:
+    """What the target's own file says about speculating on it: its MTP heads, and how its cache
+    takes draft tokens back (the most a step may verify; None: any)."""
+    from .. import defaults
+    from ..models.modelfile import mtp_layers, rollback_kind
+
+    kind = rollback_kind(path)
+    return {"mtp_heads": mtp_layers(path), "rollback": {"kind": kind, "limit": defaults.RECURRENT_K_MAX if kind == "snapshots" else None}}
+
+
+def render_facts(facts: dict) -> str:
+    back = facts["rollback"]
+    limit = "any number of" if back["limit"] is None else f"up to {back['limit']}"
+    heads = f"{facts['mtp_heads']} (--spec mtp drafts with them)" if facts["mtp_heads"] else "none"
+    return f"MTP heads  {heads}\nrollback   {back['kind']}: {limit} draft tokens a step"
 
 
 def _show(value: object) -> str:
@@ -206,8 +249,9 @@ def _show(value: object) -> str:
     return str(value)
 
 
-def render_report(report) -> str:
-    """The report as text: paths, llama.cpp's rules with both values, then the non-blocking facts."""
+def render_report(report, facts: dict | None = None) -> str:
+    """The report as text: paths, llama.cpp's rules with both values, the non-blocking facts (with
+    the target's own `facts`), then the verdict."""
     lines = [f"target  {report.target}", f"draft   {report.draft}", ""]
     rows = []
     for r in report.rules:
@@ -225,10 +269,18 @@ def render_report(report) -> str:
     info = [[i.name, _show(i.target), _show(i.draft), "yes" if i.same else "no"] for i in report.info]
     lines.append(_table(info, ["DOES NOT BLOCK PAIRING", "TARGET", "DRAFT", "SAME"]))
     lines.append("")
+    if facts is not None:
+        lines += [render_facts(facts), ""]
     if report.compatible:
         lines.append("compatible: the draft can speculate for the target")
     else:
-        lines.append(f"incompatible: {report.first_failure}")
+        lines.append(f"incompatible tokens: {report.first_failure}")
+        if report.text_drafting:
+            lines.append("drafts through text: both tokenizers give text back as it was, so the draft's text is "
+                         "re-tokenized for the target (--spec text, or draft, hybrid, auto)")
+        else:
+            which = "target's" if not report.round_trips[0] else "draft's"
+            lines.append(f"cannot draft through text either: the {which} tokenizer does not give text back as it was")
     return "\n".join(lines)
 
 
@@ -237,7 +289,8 @@ def render_report(report) -> str:
 
 @dataclass(frozen=True)
 class DraftCandidate:
-    """A local GGUF file vetted as a draft for the target."""
+    """A local GGUF file vetted as a draft for the target; `readable` is false for a file that is no
+    usable GGUF model (`reason` says why)."""
 
     path: Path
     found_in: str
@@ -246,36 +299,49 @@ class DraftCandidate:
     ratio: float
     compatible: bool
     reason: str | None
+    readable: bool = True
+    drafting: str | None = None  # "token", "text" (another vocabulary, through text), or None
 
     def to_dict(self) -> dict:
         return {
             "path": str(self.path), "name": self.name, "found_in": self.found_in, "size": self.size,
-            "ratio": round(self.ratio, 4), "compatible": self.compatible, "first_failure": self.reason,
+            "ratio": round(self.ratio, 4), "compatible": self.compatible, "drafting": self.drafting, "first_failure": self.reason,
         }
 
 
+BUILT_IN_MTP = "built-in MTP heads"
+
+
 def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCandidate]:
-    """Every local GGUF smaller than the target, vetted against it, smallest first."""
-    from ..models.compat import check_pair
+    """Every local GGUF smaller than the target, vetted against it: those sharing its tokens
+    first, then those that can draft through text, then the rest, smallest first in each.
+
+    A file that is no readable model is a candidate that failed, never the end of the listing: the
+    folders scanned (the Hugging Face cache, --search) hold whatever was put there."""
+    from ..models.compat import check_pair, read_vocab
 
     target_size = target.stat().st_size
     vetted = []
     for found in discover.local_models(reg, search, exclude=target):
         if found.size >= target_size:
             continue
+        if not vetted:
+            read_vocab(target)  # a target llama.cpp cannot read is the command's error, not every candidate's
         try:
             report = check_pair(target, found.path)
-            ok, reason = report.compatible, report.first_failure
+            ok, reason, readable, drafting = report.compatible, report.first_failure, True, report.drafting
         except ModelFileError as exc:
-            ok, reason = False, exc.message
-        vetted.append(DraftCandidate(found.path, found.found_in, found.name, found.size, found.size / target_size, ok, reason))
-    return sorted(vetted, key=lambda c: (c.size, str(c.path)))
+            ok, reason, readable, drafting = False, exc.message, False, None
+        vetted.append(DraftCandidate(found.path, found.found_in, found.name, found.size, found.size / target_size, ok, reason, readable,
+                                     drafting))
+    rank = {"token": 0, "text": 1, None: 2}
+    return sorted(vetted, key=lambda c: (rank[c.drafting], c.size, str(c.path)))
 
 
 def drafts(
     target: Annotated[Optional[str], typer.Argument(help="Target: a .gguf path, a registry name or hf:OWNER/REPO/FILE.gguf. Default: the default pair's.")] = None,
     search: Annotated[Optional[list[Path]], typer.Option("--search", metavar="DIR", help="Also look for .gguf files under this directory (repeatable).")] = None,
-    show_all: Annotated[bool, typer.Option("--all", "-a", help="Also list incompatible files, with the rule they fail.")] = False,
+    show_all: Annotated[bool, typer.Option("--all", "-a", help="Also list files that cannot draft for TARGET, with the rule they fail.")] = False,
     registry: RegistryOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -290,18 +356,33 @@ def drafts(
     with progress_display() as hook:
         target_path = resolve_spec(target or reg.default_pair().target, reg, hook)
     found = find_drafts(target_path, reg, list(search or []))
-    shown = [c for c in found if show_all or c.compatible]
+    shown = [c for c in found if show_all or c.drafting is not None]
+    from ..models.modelfile import mtp_layers
+
+    heads = mtp_layers(target_path)
+    builtin = {"path": str(target_path), "name": BUILT_IN_MTP, "mtp_heads": heads, "drafting": "mtp",
+               "spec": "--spec mtp"} if heads else None
+    if not show_all:  # with --all the table says it; otherwise one line each, so a broken file is not missed
+        for c in found:
+            if not c.readable:
+                sys.stderr.write(f"specrun drafts: skipped an unreadable file: {c.reason}\n")
     if json_output:
-        _print_json({"target": str(target_path), "target_size": target_path.stat().st_size, "drafts": [c.to_dict() for c in shown]})
+        _print_json({"target": str(target_path), "target_size": target_path.stat().st_size,
+                     "drafts": ([builtin] if builtin else []) + [c.to_dict() for c in shown]})
         return
+    if builtin:  # drafts without a second model: listed first
+        print(f"{BUILT_IN_MTP}: {heads} in {target_path.name} (--spec mtp, no --draft needed)")
+        if not shown:
+            return
+        print()
     if not shown:
         more = "" if show_all or not found else f" ({len(found)} incompatible; --all lists them)"
         sys.stderr.write(f"no compatible draft found for {target_path.name}{more}; --search DIR looks in more places\n")
         return
-    header = ["DRAFT", "SIZE", "RATIO", "FOUND IN"] + (["COMPATIBLE"] if show_all else [])
+    header = ["DRAFT", "SIZE", "RATIO", "DRAFTS", "FOUND IN"] + (["COMPATIBLE"] if show_all else [])
     rows = []
     for c in shown:
-        row = [c.name or str(c.path), human_size(c.size), f"{c.ratio:.1%}", c.found_in]
+        row = [c.name or str(c.path), human_size(c.size), f"{c.ratio:.1%}", {"token": "tokens", "text": "text"}.get(c.drafting, "-"), c.found_in]
         if show_all:
             row.append("yes" if c.compatible else f"no: {c.reason}")
         rows.append(row)

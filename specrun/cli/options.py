@@ -65,7 +65,7 @@ Spec = Annotated[
     Optional[str],
     typer.Option(
         "--spec",
-        help="Speculation: off (plain decoding), draft (the draft model), ngram (prompt lookup), hybrid (lookup when it has a confident match, else the draft model), auto (picks plain, lookup or draft and K each step from measured speed). Default: auto; off with --draft none.",
+        help="Speculation: off (plain decoding), draft (the draft model), ngram (prompt lookup), hybrid (lookup when it has a confident match, else the draft model), text (a draft model of another vocabulary, through text), mtp (the target's own multi-token-prediction heads), auto (picks plain, lookup or draft and K each step from measured speed). Default: auto; off with --draft none.",
         rich_help_panel=SPECULATION,
     ),
 ]
@@ -116,6 +116,13 @@ Chat = Annotated[
     bool, typer.Option("--chat/--raw", help="Format the prompt with the target's chat template (default) or feed it as is.", rich_help_panel=SAMPLING)
 ]
 System = Annotated[Optional[str], typer.Option("--system", help="System prompt (chat mode).", rich_help_panel=SAMPLING)]
+Think = Annotated[
+    Optional[bool],
+    typer.Option("--think/--no-think", help="Thinking models: switch reasoning on or off (the chat template's enable_thinking). Default: the template's own default.", rich_help_panel=SAMPLING),
+]
+HideThinking = Annotated[
+    bool, typer.Option("--hide-thinking", help="Do not show a thinking model's reasoning (by default it goes to stderr, dimmed on a terminal).", rich_help_panel=OUTPUT)
+]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document (text and statistics) instead of streaming.", rich_help_panel=OUTPUT)]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No status line or summary on stderr.", rich_help_panel=OUTPUT)]
 

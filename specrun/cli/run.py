@@ -9,9 +9,11 @@ from typing import Annotated, Optional
 import typer
 
 from .. import defaults
-from ..engine.loop import GenerationSettings
+from ..engine.sequence import GenerationSettings
 from ..engine.stats import Stats
 from ..errors import InputError
+from ..models.reasoning import CONTENT, REASONING, ReasoningSplitter, join
+from ..runtime.chat_format import thinking_variables
 from ..runtime.pair import Pair
 from ..terminal import Output, mode_label, status_line, summary_parts
 from . import fatal
@@ -31,11 +33,13 @@ def run(
     runtime: opt.RuntimeFlags = opt.RuntimeFlags(),
     chat: opt.Chat = True,
     system: opt.System = None,
+    think: opt.Think = None,
+    hide_thinking: opt.HideThinking = False,
     json_output: opt.Json = False,
     quiet: opt.Quiet = False,
 ) -> None:
     """Generate text for one prompt: text to stdout, statistics to stderr (or one JSON document)."""
-    out = Output(quiet=quiet, json_mode=json_output)
+    out = Output(quiet=quiet, json_mode=json_output, hide_thinking=hide_thinking)
     check_runtime(runtime)
     text = read_prompt(prompt)
     resolved = resolve(models)
@@ -50,28 +54,66 @@ def run(
     if out.live:
         out.note(f"specrun: {loaded.placement.describe()}")
     try:
-        tokens = loaded.prompt_tokens(text, chat=chat, system=system)
-        if len(tokens) >= loaded.target_ctx.n_ctx:
+        splitter = None
+        if chat:
+            prompt = loaded.chat_prompt(text, system=system, variables=thinking_variables(think))
+            tokens, splitter = prompt.tokens, prompt.splitter()
+        else:
+            tokens = loaded.prompt_tokens(text, chat=False, system=system)
+        if len(tokens) >= loaded.n_ctx:
             raise InputError(
-                f"the prompt is {len(tokens)} tokens but the context holds {loaded.target_ctx.n_ctx}",
+                f"the prompt is {len(tokens)} tokens but the context holds {loaded.n_ctx}",
                 f"raise --ctx-size above {len(tokens) + max_tokens} or shorten the prompt",
             )
-        generate(loaded, tokens, settings, out, seed, mode)
+        generate(loaded, tokens, settings, out, seed, mode, splitter)
     finally:
         loaded.close()
 
 
-def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out: Output, seed: int, mode: str) -> None:
+class AnswerParts:
+    """The generated text as it streams, split into reasoning and content when the model thinks:
+    content to stdout, reasoning to stderr (Output.thinking)."""
+
+    def __init__(self, out: Output, splitter: ReasoningSplitter | None):
+        self.out = out
+        self.splitter = splitter
+        self.segments: list[tuple[str, str]] = []
+
+    def feed(self, text: str, *, final: bool = False) -> None:
+        if self.splitter is None:
+            parts = [(CONTENT, text)]
+        else:
+            parts = self.splitter.feed(text) + (self.splitter.finish() if final else [])
+        for kind, piece in parts:
+            if kind == REASONING:
+                self.out.thinking(piece)
+            elif kind == CONTENT:
+                self.out.end_thinking()
+                self.out.text(piece)
+        self.segments += parts
+        if final:
+            self.out.end_thinking()
+            self.splitter = None
+
+    def split(self) -> tuple[str | None, str]:
+        whole = join(self.segments)
+        return whole.reasoning, whole.content
+
+
+def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out: Output, seed: int, mode: str,
+             splitter: ReasoningSplitter | None = None) -> None:
     """Stream one generation through `out`; on Ctrl-C flush what was generated, then re-raise."""
-    loop = loaded.loop(settings, mode=mode)
+    generation = loaded.generation(tokens, settings, mode=mode)
     pieces: list[str] = []
+    parts = AnswerParts(out, splitter)
     started = time.perf_counter()
 
     def flush_tail() -> None:
         """Text of a step interrupted before it was yielded, then whatever was held back."""
-        tail = loop.text.text[len("".join(pieces)) :] + loop.flush_text()
+        assembler = generation.text
+        tail = (assembler.text[len("".join(pieces)) :] if assembler is not None else "") + generation.flush_text()
         pieces.append(tail)
-        out.text(tail)
+        parts.feed(tail, final=True)
 
     def flush_before_exit() -> None:
         flush_tail()
@@ -79,34 +121,40 @@ def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out:
 
     try:
         with fatal.flushing(flush_before_exit):
-            for step in loop.run(tokens):
+            for step in generation.run():
                 pieces.append(step.text)
-                out.text(step.text)
-                out.status(status_line(loop.stats, time.perf_counter() - started, loop.policy.label()))
+                parts.feed(step.text, final=step.finished is not None)
+                out.status(status_line(generation.stats, time.perf_counter() - started, generation.label()))
     except KeyboardInterrupt:
         flush_tail()
-        loop.stats.stop_reason = "interrupted"
-        _finish(loaded, loop.stats, settings, out, "".join(pieces), mode, loop.policy.label(), seed)
+        generation.stats.stop_reason = "interrupted"
+        _finish(loaded, generation.stats, settings, out, parts, mode, generation.label(), seed)
         raise
-    _finish(loaded, loop.stats, settings, out, "".join(pieces), mode, loop.policy.label(), seed)
+    parts.feed("", final=True)
+    _finish(loaded, generation.stats, settings, out, parts, mode, generation.label(), seed)
 
 
-def _finish(loaded: Pair, stats: Stats, settings: GenerationSettings, out: Output, text: str, mode: str, label: str, seed: int) -> None:
+def _finish(loaded: Pair, stats: Stats, settings: GenerationSettings, out: Output, parts: AnswerParts, mode: str, label: str,
+            seed: int) -> None:
     out.end_text()
     if stats.stop_reason == "context":
-        out.warn(f"stopped: the context of {loaded.target_ctx.n_ctx} tokens is full (raise --ctx-size)")
+        out.warn(f"stopped: the context of {loaded.n_ctx} tokens is full (raise --ctx-size)")
     if out.json_mode:
-        out.document(result_document(loaded, stats, settings, text, seed, mode))
+        reasoning, text = parts.split()
+        out.document(result_document(loaded, stats, settings, text, seed, mode, reasoning))
     else:
         timing = [f"draft {stats.draft_time:.2f} s / verify {stats.verify_time:.2f} s"] if stats.drafted else []
         out.summary(" · ".join([*summary_parts(stats), *timing, mode_label(stats, mode, label), loaded.placement.brief()]))
 
 
-def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, text: str, seed: int, mode: str) -> dict:
-    """The --json document: text, statistics, models and settings (schema in the README)."""
+def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, text: str, seed: int, mode: str,
+                    reasoning: str | None = None) -> dict:
+    """The --json document: text (a thinking model's answer without its reasoning), the reasoning,
+    statistics, models and settings (schema in the README)."""
     config = loaded.config
     return {
         "text": text,
+        "reasoning_content": reasoning,
         "stats": stats.to_dict(),
         "models": {
             "target": str(Path(config.target).resolve()),
@@ -121,14 +169,15 @@ def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, te
             "top_p": settings.sampling.top_p,
             "min_p": settings.sampling.min_p,
             "seed": seed,
-            "draft_max": settings.draft_cap(mode),
+            "draft_max": settings.draft_max_for(mode),
             "draft_min": settings.draft_min,
             "draft_p_min": settings.draft_p_min,
             "ngram_min": settings.ngram_min,
             "ngram_max": settings.ngram_max,
             "stop": list(settings.stop),
             "ignore_eos": settings.ignore_eos,
-            "ctx_size": loaded.target_ctx.n_ctx,
+            "ctx_size": loaded.n_ctx,
             "threads": loaded.threads,
+            "rollback": loaded.session.rollback(),
         },
     }

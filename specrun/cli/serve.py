@@ -3,6 +3,7 @@ budgeted across them."""
 
 from __future__ import annotations
 
+import re
 import signal
 from typing import Annotated, Optional
 
@@ -11,7 +12,7 @@ import typer
 from .. import defaults
 from ..errors import EXIT_INTERRUPTED, InputError
 from ..runtime.pair import Pair
-from ..serve.batch_engine import SERVE_MODES
+from ..runtime.session import require_mode
 from ..serve.scheduler import SCHEDULES
 from ..terminal import Output
 from . import options as opt
@@ -27,6 +28,10 @@ Parallel = Annotated[int, typer.Option("--parallel", "-np", min=1, max=MAX_PARAL
 Queue = Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait for a free sequence; beyond them the server answers 503 with Retry-After.", rich_help_panel=SERVER)]
 ApiKey = Annotated[Optional[str], typer.Option("--api-key", envvar="SPECRUN_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1 and /metrics (also read from SPECRUN_API_KEY).", rich_help_panel=SERVER)]
 Schedule = Annotated[str, typer.Option("--schedule", help="Order of admission from the queue: srpt (shortest predicted remaining time first, with aging) or fcfs.", rich_help_panel=SERVER)]
+MaxBody = Annotated[int, typer.Option("--max-body", min=1024, metavar="BYTES", help="Largest request body taken; a larger one is answered 413 before it is read.", rich_help_panel=SERVER)]
+MaxConnections = Annotated[Optional[int], typer.Option("--max-connections", min=1, help="Connections served at once; beyond them the server answers 503 (default: --parallel + --queue + 16).", rich_help_panel=SERVER)]
+CorsOrigin = Annotated[Optional[list[str]], typer.Option("--cors-origin", metavar="ORIGIN", help="Let web pages of ORIGIN (scheme://host[:port]) call the server from a browser; repeatable. Default: no origin may.", rich_help_panel=SERVER)]
+ORIGIN = re.compile(r"^https?://[^/\s?#]+$")
 
 
 def register(app: typer.Typer) -> None:
@@ -48,6 +53,9 @@ def serve(
     queue: Queue = defaults.SERVE_QUEUE,
     api_key: ApiKey = None,
     schedule: Schedule = defaults.SERVE_SCHEDULE,
+    max_body: MaxBody = defaults.SERVE_MAX_BODY,
+    max_connections: MaxConnections = None,
+    cors_origin: CorsOrigin = None,
     quiet: opt.Quiet = False,
 ) -> None:
     """Serve the models over OpenAI's API (/v1/chat/completions, /v1/completions), with /health and /metrics."""
@@ -58,26 +66,30 @@ def serve(
     schedule = schedule.strip().lower()
     if schedule not in SCHEDULES:
         raise InputError(f"unknown --schedule {schedule!r}", f"use one of: {', '.join(SCHEDULES)}")
+    origins = tuple(o.rstrip("/") for o in cors_origin or ())
+    for origin in origins:
+        if not ORIGIN.match(origin):
+            raise InputError(f"--cors-origin {origin!r} is not an origin", "give scheme://host[:port], e.g. http://localhost:3000")
     mode = spec_mode(speculation.spec, models.draft)
-    if mode not in SERVE_MODES:
-        raise InputError(f"unknown speculation mode {mode!r}", f"use one of: {', '.join(SERVE_MODES)}")
+    require_mode(mode)
     sock = bind(host, port)
     try:
         if not is_loopback(host) and not api_key:
             out.warn(f"specrun serve: warning: listening on {host} without --api-key: anyone who can reach it may use it")
         resolved = resolve(models)
-        if mode in ("draft", "hybrid") and resolved.draft is None:
+        if mode in ("draft", "hybrid", defaults.TEXT) and resolved.draft is None:
             raise InputError(f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec auto, ngram or off")
-        k_cap = defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k)
-        k_cap = defaults.AUTO_K_MAX if k_cap is None else k_cap  # auto's own cap unless --draft-max says (0: no drafts)
+        k_max = defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k)  # --draft-max 0: no drafts
         base = generation_settings(max_tokens=defaults.MAX_TOKENS, temperature=defaults.TEMPERATURE, filters=filters,
-                                   tuning=speculation.tuning, draft_max=k_cap, seed=None)
-        loaded = Pair(pair_config(resolved, runtime), warn=out.warn, contexts=False)
+                                   tuning=speculation.tuning, draft_max=k_max, seed=None)
+        loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
         try:
-            options = ServeOptions(parallel=parallel, queue=queue, schedule=schedule, api_key=api_key, mode=mode, k_cap=k_cap, base=base)
+            options = ServeOptions(parallel=parallel, queue=queue, schedule=schedule, api_key=api_key, max_body=max_body,
+                                   max_connections=max_connections, cors_origins=origins, mode=mode, draft_max=k_max, base=base)
             service = Service(loaded, options, warn=out.warn)
             try:
-                enabled = "draft model and prompt lookup" if service.engine.model_viable else "prompt lookup" if mode != "off" else "none"
+                enabled = ("the MTP head" if mode == defaults.MTP else "draft model and prompt lookup" if service.draft_model_enabled
+                           else "prompt lookup" if mode != "off" else "none")
                 out.warn(f"specrun serve: listening on {url_of(sock)} · model {service.model_name} · --spec {mode} "
                          f"(drafting: {enabled}) · --parallel {parallel} · --schedule {schedule}")
                 received = serve_forever(service, sock, defaults.SERVE_DRAIN_S)

@@ -7,7 +7,7 @@ import random
 from typing import Callable, Sequence
 
 from .. import defaults
-from ..engine.loop import GenerationSettings
+from ..engine.sequence import GenerationSettings
 from ..engine.rpc import parse_endpoints
 from ..engine.sampling import SamplingParams
 from ..errors import InputError

@@ -5,6 +5,10 @@ good; the main thread waits, so Ctrl-C still ends the process at once (exit 130)
 with os._exit: a normal interpreter exit would tear down llama.cpp's statics under the running
 server thread. llama.cpp prints connection events on stdout; they are sent to stderr with
 everything else, as stdout is for generated text only.
+
+Everything that can be checked before the thread starts is checked first, each failure one line
+and its exit code: the address, the RPC backend of this llama.cpp build, the devices, the cache
+folder, the port. An error the server thread meets anyway is reported by the main thread, once.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import signal
 import socket
 import sys
 import threading
+import traceback
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -24,7 +29,7 @@ from .. import defaults
 from ..engine import devices as engine_devices
 from ..engine import rpc as engine_rpc
 from ..engine.devices import Device
-from ..errors import EXIT_INTERRUPTED, EXIT_RUNTIME, InputError, RpcError
+from ..errors import EXIT_INTERRUPTED, EXIT_RUNTIME, InputError, RpcError, SpecrunError
 from ..terminal import human_size
 from . import fatal
 
@@ -55,8 +60,11 @@ def worker(
 ) -> None:
     """Serve this machine's CPU or GPUs to `specrun run/chat/bench --rpc HOST:PORT` on other machines, until Ctrl-C."""
     address = listen_address(host)
+    engine_rpc.require_rpc()
     endpoint = engine_rpc.Endpoint(host, port)
     served = served_devices(device)
+    if not served:
+        raise InputError("this machine has no device to serve", "pass --device with one of `specrun doctor`'s devices")
     if cache is not None:
         try:
             cache.mkdir(parents=True, exist_ok=True)
@@ -73,8 +81,15 @@ def worker(
         + (f", tensor cache {cache}" if cache else "") + f"; use it with --rpc {'THIS_HOST' if address.is_unspecified else host}:{port}")
     fatal.install()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # llama.cpp's server prints on stdout
-    server = threading.Thread(target=engine_rpc.serve, args=(endpoint, served),
-                              kwargs={"threads": threads, "cache_dir": cache}, daemon=True, name="rpc-server")
+    failed: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            engine_rpc.serve(endpoint, served, threads=threads, cache_dir=cache)
+        except BaseException as error:  # noqa: BLE001 - said once, by the main thread, below
+            failed.append(error)
+
+    server = threading.Thread(target=serve, daemon=True, name="rpc-server")
     server.start()
     signal.signal(signal.SIGTERM, _terminated)
     try:
@@ -83,8 +98,23 @@ def worker(
     except KeyboardInterrupt:
         say("specrun worker: interrupted")
         os._exit(EXIT_INTERRUPTED)
+    if failed:
+        line, code = stopped_by(failed[0])
+        say(line)
+        os._exit(code)
     say(f"specrun worker: error: llama.cpp's RPC server stopped (could not listen at {endpoint}?)")
     os._exit(EXIT_RUNTIME)
+
+
+def stopped_by(error: BaseException) -> tuple[str, int]:
+    """The line and exit code for an error that ended the server thread (a traceback only with
+    SPECRUN_DEBUG=1)."""
+    if isinstance(error, SpecrunError):
+        return f"specrun worker: error: {error.one_line()}", error.exit_code
+    if os.environ.get("SPECRUN_DEBUG"):
+        traceback.print_exception(error)
+    return (f"specrun worker: internal error: {type(error).__name__}: {error} (SPECRUN_DEBUG=1 shows the traceback)",
+            EXIT_RUNTIME)
 
 
 def _terminated(signum: int, frame) -> None:  # noqa: ARG001 - signal handler signature

@@ -13,6 +13,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from .lib import init_backend
+
 DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
 RPC_BACKEND = "RPC"
 
@@ -109,8 +111,6 @@ def devices(endpoints: Iterable[str] = ()) -> list[Device]:
     A worker's memory is asked over the network, and llama.cpp aborts the process when the worker
     has gone away: so only the workers asked for are listed, never every one registered before.
     """
-    from .llama import init_backend
-
     init_backend()
     lib = ggml()
     wanted = set(endpoints)
@@ -126,8 +126,6 @@ def devices(endpoints: Iterable[str] = ()) -> list[Device]:
 
 def backends() -> list[str]:
     """Names of the compiled-in backends (CPU, CUDA, Metal, Vulkan, RPC, ...)."""
-    from .llama import init_backend
-
     init_backend()
     lib = ggml()
     return [_text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i))) for i in range(lib.ggml_backend_reg_count())]

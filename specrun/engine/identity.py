@@ -85,43 +85,43 @@ def check_rows(rows: np.ndarray, output: Sequence[int], tolerance: float = NEAR_
     return result
 
 
-def output_rows(ctx: Context, prompt: Sequence[int], output: Sequence[int]) -> np.ndarray:
+def output_rows(ctx: Context, prompt: Sequence[int], output: Sequence[int], seq: int = 0) -> np.ndarray:
     """The target's logits for every output position, from one batched pass (in n_batch chunks)
-    over the prompt and the output. The cache is left holding the prompt but its last token, so
-    several outputs of one prompt share that prefill."""
+    over the prompt and the output, on sequence `seq`. The cache is left holding the prompt but its
+    last token, so several outputs of one prompt share that prefill."""
     if not prompt:
         raise ValueError("an output is checked after a prompt of at least one token")
     head = list(prompt[:-1])
-    keep = ctx.common_prefix(head)
-    ctx.trim(keep)
+    keep = ctx.common_prefix(seq, head)
+    ctx.trim(seq, keep)
     if keep < len(head):
-        ctx.decode(head[keep:], "none")
+        ctx.feed(seq, head[keep:], "none")
     if not output:
         return np.zeros((0, ctx.model.n_vocab), dtype=np.float32)
     try:
-        return ctx.decode([prompt[-1], *output[:-1]], "all")
+        return ctx.feed(seq, [prompt[-1], *output[:-1]], "all")
     finally:
-        ctx.trim(len(head))
+        ctx.trim(seq, len(head))
 
 
-def logit_noise(ctx: Context, tokens: Sequence[int]) -> float:
+def logit_noise(ctx: Context, tokens: Sequence[int], seq: int = 0) -> float:
     """Largest change of a top-5 logit between a token decoded alone and inside a batch: how far
-    batching moves the target's logits on this machine. The cache is emptied afterwards."""
+    batching moves the target's logits on this machine. The sequence's cache is emptied afterwards."""
     tokens = list(tokens)
     tail = tokens[-NOISE_TAIL:] if len(tokens) > NOISE_TAIL else tokens[1:]
     if not tail:
         return 0.0
-    ctx.trim(0)
+    ctx.clear(seq)
     try:
         head = tokens[: len(tokens) - len(tail)]
         if head:
-            ctx.decode(head, "none")
-        base = len(ctx.tokens)
-        alone = np.stack([ctx.decode([t], "last") for t in tail])
-        ctx.trim(base)
-        batched = ctx.decode(tail, "all")
+            ctx.feed(seq, head, "none")
+        base = len(ctx.tokens[seq])
+        alone = np.stack([ctx.feed(seq, [t], "last") for t in tail])
+        ctx.trim(seq, base)
+        batched = ctx.feed(seq, tail, "all")
     finally:
-        ctx.trim(0)
+        ctx.clear(seq)
     top = np.argpartition(alone, -5, axis=1)[:, -5:]
     rows = np.arange(len(tail))[:, None]
     return float(np.max(np.abs(alone[rows, top] - batched[rows, top])))
@@ -133,6 +133,6 @@ def tolerance_from_noise(noise: float) -> float:
     return max(NEAR_TIE_LOGITS, 2.0 * noise)
 
 
-def check_output(ctx: Context, prompt: Sequence[int], output: Sequence[int], tolerance: float) -> IdentityCheck:
+def check_output(ctx: Context, prompt: Sequence[int], output: Sequence[int], tolerance: float, seq: int = 0) -> IdentityCheck:
     """One greedy output against the target's own logits (see module docstring)."""
-    return check_rows(output_rows(ctx, prompt, output), output, tolerance)
+    return check_rows(output_rows(ctx, prompt, output, seq), output, tolerance)

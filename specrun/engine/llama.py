@@ -1,15 +1,14 @@
-"""A thin wrapper over llama_cpp's C API: load, decode a batch with chosen logits, trim the KV cache.
+"""A thin wrapper over llama_cpp's C API: models, and the one context type that holds any number of
+sequences, decodes a batch of them with chosen logits, and trims each sequence's tail.
 
-Only what the speculative loop needs, with every ctypes object kept referenced by its owner (C keeps
-pointers into them). Logits come back as numpy arrays copied out of llama.cpp's buffer, because the
-next decode overwrites that buffer.
+Only what the engine needs, with every ctypes object kept referenced by its owner (C keeps pointers
+into them).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,65 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import ContextOverflowError, ModelFileError, SpecrunError
-
-_LOG_CALLBACK = None  # module-level reference: llama.cpp keeps the pointer
-_BACKEND_READY = False
-
-
-def _llama():
-    """Import llama_cpp lazily, so `specrun --help` and pure code never pay for loading the library."""
-    import llama_cpp
-
-    return llama_cpp
-
-
-def init_backend() -> None:
-    """Initialise llama.cpp once and route its log output to our stderr only in debug mode."""
-    global _BACKEND_READY, _LOG_CALLBACK
-    if _BACKEND_READY:
-        return
-    lib = _llama()
-    debug = bool(os.environ.get("SPECRUN_DEBUG"))
-
-    def _log(level, text, user_data):  # noqa: ARG001 - C signature
-        if debug and text:
-            sys.stderr.write(text.decode("utf-8", "replace"))
-
-    _LOG_CALLBACK = lib.llama_log_callback(_log)
-    lib.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
-    lib.llama_backend_init()
-    _BACKEND_READY = True
-
-
-def version() -> str:
-    """llama-cpp-python's version (it pins the llama.cpp it builds)."""
-    return str(_llama().__version__)
-
-
-def system_info() -> str:
-    """llama.cpp's build description (CPU features, backends)."""
-    return _llama().llama_print_system_info().decode("utf-8", "replace")
-
-
-def has_amx() -> bool:
-    """True when the loaded llama.cpp was built with AMX, whose matmul path segfaults on some CPUs."""
-    return "AMX_INT8 = 1" in system_info()
-
-
-def supports_gpu_offload() -> bool:
-    """A GPU is present to offload layers to (llama.cpp's own check also says yes for RPC builds)."""
-    from .devices import has_gpu
-
-    return has_gpu()
-
-
-AMX_WARNING = (
-    "warning: this llama-cpp-python build uses AMX, which crashes on some CPUs; loading models "
-    "without extra buffer types instead (slower). Rebuild without AMX: "
-    "CFLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' CXXFLAGS=\"$CFLAGS\" "
-    "pip install --no-cache-dir --force-reinstall llama-cpp-python"
-)
+from ..errors import ContextOverflowError, InputError, ModelFileError, SpecrunError
+from .lib import _llama, _llama_ext, init_backend
 
 
 @dataclass(frozen=True)
@@ -95,6 +37,7 @@ class Vocabulary:
     n_ctx_train: int | None  # from the metadata: vocab-only loads leave llama_model_n_ctx_train at 0
     chat_template: str | None = field(repr=False)
     name: str | None
+    round_trips: bool = True  # sample text tokenized and detokenized comes back as it was (drafting through text works)
 
 
 def read_vocabulary(path: str | os.PathLike) -> Vocabulary:
@@ -128,9 +71,33 @@ def read_vocabulary(path: str | os.PathLike) -> Vocabulary:
             n_ctx_train=_int(_meta(model, f"{arch}.context_length")),
             chat_template=_meta(model, "tokenizer.chat_template"),
             name=_meta(model, "general.name"),
+            round_trips=_round_trips(vocab),
         )
     finally:
         lib.llama_model_free(model)
+
+
+ROUND_TRIP_TEXT = "Hello, world! def f(x):\n    return x ** 2  # ünïcödé, 你好, 🙂 and 3.14\n"
+
+
+def _round_trips(vocab) -> bool:
+    """Whether text tokenized and detokenized again is the text (a leading space aside, which
+    SentencePiece vocabularies add): what drafting through text needs of a vocabulary."""
+    lib = _llama()
+    data = ROUND_TRIP_TEXT.encode("utf-8")
+    capacity = len(data) + 16
+    ids = (lib.llama_token * capacity)()
+    n = lib.llama_tokenize(vocab, data, len(data), ids, capacity, False, False)
+    if n <= 0:
+        return False
+    out = bytearray()
+    buf = ctypes.create_string_buffer(256)
+    for token in ids[:n]:
+        size = lib.llama_token_to_piece(vocab, token, buf, 256, 0, False)
+        if size < 0:
+            return False
+        out += buf.raw[:size]
+    return bytes(out).lstrip(b" ") == data
 
 
 def _int(text: str | None) -> int | None:
@@ -169,6 +136,7 @@ class LoadOptions:
     tensor_split: tuple[float, ...] | None = None
     mmap: bool = True
     mlock: bool = False
+    load_mtp: bool = False  # load the model's multi-token-prediction (nextn) layers, to draft with them
 
     def load_mode(self) -> int:
         """llama.cpp's load mode for mmap/mlock; mapping stays llama.cpp's automatic choice by default."""
@@ -178,7 +146,20 @@ class LoadOptions:
         return lib.LLAMA_LOAD_MODE_MLOCK if self.mlock else lib.LLAMA_LOAD_MODE_NONE
 
 
-class Model:
+class FreedOnCollection:
+    """What llama.cpp allocated for an object is freed by its `close`, at the latest when the object is collected."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+
+class Model(FreedOnCollection):
     """A loaded GGUF model and its vocabulary."""
 
     def __init__(self, path: Path | str, options: LoadOptions = LoadOptions()):
@@ -189,6 +170,7 @@ class Model:
         params.n_gpu_layers = options.gpu_layers
         params.use_extra_bufts = options.use_extra_bufts
         params.load_mode = options.load_mode()
+        params.load_mtp = options.load_mtp
         if options.devices is not None:  # NULL-terminated; C reads it while loading, so it is kept here
             self._devices = (ctypes.c_void_p * (len(options.devices) + 1))(*options.devices, None)
             params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
@@ -206,15 +188,23 @@ class Model:
         self.n_vocab = lib.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train = lib.llama_model_n_ctx_train(self.ptr)
         self.add_bos = bool(lib.llama_vocab_get_add_bos(self.vocab))
+        self._longest_piece: int | None = None
+        # A recurrent state (Mamba, gated delta nets, hybrids) has no positions to cut: see Context.rewind.
+        self.recurrent = bool(lib.llama_model_is_recurrent(self.ptr) or lib.llama_model_is_hybrid(self.ptr))
+        self.mtp_heads = int(lib.llama_model_n_layer_nextn(self.ptr)) if options.load_mtp else 0
+        self.n_embd_out = int(lib.llama_model_n_embd_out(self.ptr))
+        self.bos = int(lib.llama_vocab_bos(self.vocab))  # -1: the vocabulary has none
+        self.eos = int(lib.llama_vocab_eos(self.vocab))
 
     def is_eog(self, token: int) -> bool:
         """Any end-of-generation token of the vocabulary (EOS, EOT, <|im_end|>, …)."""
         return bool(_llama().llama_vocab_is_eog(self.vocab, token))
 
-    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
-        """Text → token ids; `parse_special` lets chat-template markers become control tokens."""
+    def tokenize(self, text: str | bytes, *, add_special: bool, parse_special: bool) -> list[int]:
+        """Text (or its UTF-8 bytes) → token ids; `parse_special` lets chat-template markers become
+        control tokens."""
         lib = _llama()
-        data = text.encode("utf-8")
+        data = text if isinstance(text, bytes) else text.encode("utf-8")
         capacity = len(data) + 16
         buf = (lib.llama_token * capacity)()
         n = lib.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
@@ -224,26 +214,51 @@ class Model:
             n = lib.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
         return list(buf[:n])
 
-    def piece(self, token: int) -> bytes:
-        """The bytes a token stands for (control tokens render as nothing)."""
+    def piece(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes a token stands for (control tokens render as nothing, or as their text with
+        `special`)."""
         lib = _llama()
         buf = ctypes.create_string_buffer(64)
-        n = lib.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+        n = lib.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
-            n = lib.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+            n = lib.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
         return buf.raw[:n]
 
+    def longest_piece(self) -> int:
+        """Bytes of the longest token text, control tokens' included (what `parse_special` reads
+        as one token): no token covers more of a prompt, so prompt bytes / this ≤ its tokens."""
+        if self._longest_piece is None:
+            lib = _llama()
+            size = 256
+            buf = ctypes.create_string_buffer(size)
+            longest = 0
+            for token in range(self.n_vocab):
+                n = lib.llama_token_to_piece(self.vocab, token, buf, size, 0, True)
+                if n < 0:
+                    size = -n
+                    buf = ctypes.create_string_buffer(size)
+                    n = lib.llama_token_to_piece(self.vocab, token, buf, size, 0, True)
+                longest = max(longest, n)
+            self._longest_piece = longest
+        return self._longest_piece
+
     def chat_template(self) -> str | None:
+        """The Jinja chat template in the GGUF metadata (None: the file has none)."""
         raw = _llama().llama_model_chat_template(self.ptr, None)
         return raw.decode("utf-8", "replace") if raw else None
 
-    def apply_chat_template(self, messages: Sequence[dict], add_assistant: bool = True) -> str:
-        """Format messages with the template in the GGUF metadata (llama.cpp's built-in template support)."""
+    def token_text(self, token: int) -> str:
+        """A token's text with control tokens spelled out (as templates write BOS and EOS); "" for none."""
+        return self.piece(token, special=True).decode("utf-8", "replace") if 0 <= token < self.n_vocab else ""
+
+    def builtin_chat_format(self, messages: Sequence[dict], add_assistant: bool = True) -> str:
+        """Messages formatted as ChatML by llama.cpp's built-in template code: what llama.cpp does for
+        a GGUF without a chat template. Its C strings cannot hold a NUL, so content with one is refused."""
         lib = _llama()
-        template = _llama().llama_model_chat_template(self.ptr, None)
-        if not template:
-            raise SpecrunError(f"{self.path.name} has no chat template in its metadata", "use --raw to feed the prompt as is")
+        if any("\0" in m["role"] or "\0" in m["content"] for m in messages):
+            raise InputError(f"{self.path.name} has no chat template, and llama.cpp's built-in ChatML cannot carry a NUL character",
+                             "remove it, or use --raw")
         encoded = [(m["role"].encode(), m["content"].encode()) for m in messages]
         array = (lib.llama_chat_message * len(encoded))()
         for slot, (role, content) in zip(array, encoded):
@@ -251,11 +266,9 @@ class Model:
         size = sum(len(r) + len(c) for r, c in encoded) * 2 + 256
         for _ in range(2):
             buf = ctypes.create_string_buffer(size)
-            n = lib.llama_chat_apply_template(template, array, len(encoded), add_assistant, buf, size)
+            n = lib.llama_chat_apply_template(None, array, len(encoded), add_assistant, buf, size)
             if n < 0:
-                raise SpecrunError(
-                    f"the chat template of {self.path.name} is not one llama.cpp knows", "use --raw and format the prompt yourself"
-                )
+                raise SpecrunError("llama.cpp's built-in ChatML template failed", "use --raw and format the prompt yourself")
             if n <= size:
                 return buf.raw[:n].decode("utf-8", "replace")
             size = n + 1
@@ -266,137 +279,379 @@ class Model:
             _llama().llama_model_free(self.ptr)
             self.ptr = None
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+
+class CacheFullError(SpecrunError):
+    """The shared pool of KV cells cannot hold a batch: free the cache of an idle sequence first."""
 
 
-class OwnsContext:
-    """Frees a llama.cpp context (`ptr`) and its batch (`batch`) once, on close or collection."""
+@dataclass(frozen=True)
+class Segment:
+    """One sequence's share of a batch: tokens appended at its end, and which rows return logits
+    ("all", "last" or "none")."""
 
-    def close(self) -> None:
-        lib = _llama()
-        if getattr(self, "batch", None) is not None:
-            lib.llama_batch_free(self.batch)
-            self.batch = None
-        if getattr(self, "ptr", None):
-            lib.llama_free(self.ptr)
-            self.ptr = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
+    seq: int
+    tokens: Sequence[int]
+    logits: str = "all"
 
 
-class Context(OwnsContext):
-    """One inference context (KV cache) on a model, with the tokens it holds tracked in Python.
+@dataclass(frozen=True)
+class HeadSegment:
+    """One sequence's share of a head context's batch: tokens appended at its end, each with the
+    hidden row it is paired with, and whether its last entry returns logits."""
 
-    `tokens` mirrors the KV cache exactly: decode appends, trim drops a tail. Drafters and the loop use
-    it to reuse the longest common prefix instead of re-feeding history.
+    seq: int
+    tokens: Sequence[int]
+    rows: Sequence[np.ndarray]
+    last: bool = True
+
+
+class Context(FreedOnCollection):
+    """One llama.cpp context holding `n_seq` sequences of up to `n_ctx` tokens each, in a pool of
+    `n_seq_pool` sequences' worth of cells (default: all of them).
+
+    The KV cache is unified (one pool of cells shared by every sequence), so llama.cpp computes a
+    batch in one pass whatever its mix of sequences and lengths. `tokens[seq]` mirrors each
+    sequence's cache exactly: decode appends, trim drops a tail; a prefix is reused by comparing
+    with it. The batch is built in numpy arrays that llama.cpp reads directly, so a step costs the
+    same few array writes whether it carries one sequence or many.
+
+    How a tail is cut (`rewind`): "positions" where the cache is made of positions (attention,
+    sliding windows kept in full); "snapshots" for a recurrent or hybrid model made with `rollback`
+    snapshots, which undo up to that many of the tokens a sequence got in the last decode call
+    (a verification batch), once; "none" for a recurrent model without them. A cut snapshots
+    cannot make goes back to the latest checkpoint at or before it (`checkpoint`), or to nothing,
+    and decodes the tokens in between again: slower, never wrong.
+
+    `hidden`: also keep, for every token decoded, the model's last hidden state (the input of its
+    multi-token-prediction head), handed to `on_hidden(seq, position, rows)` after every pass.
     """
 
-    def __init__(self, model: Model, *, n_ctx: int, n_threads: int, n_batch: int = 512):
+    def __init__(self, model: Model, *, n_ctx: int, n_threads: int, n_batch: int = 512, n_seq: int = 1,
+                 n_seq_pool: int | None = None, rollback: int = 0, hidden: bool = False, head: bool = False):
         lib = _llama()
         self.model = model
         params = lib.llama_context_default_params()
-        params.n_ctx = n_ctx
+        params.n_ctx = n_ctx * (n_seq_pool or n_seq)
         params.n_batch = n_batch
-        params.n_ubatch = n_batch
-        params.n_seq_max = 1
+        params.n_ubatch = max(n_batch, rollback + 2) if model.recurrent and rollback else n_batch  # llama.cpp needs the room
+        params.n_seq_max = n_seq
+        params.kv_unified = True
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.no_perf = True
+        params.swa_full = True  # a sliding window kept in full: every cut of a kept cache stays exact
+        if model.recurrent:
+            params.n_rs_seq = rollback
+        if head:
+            params.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
         self._params = params
         self.ptr = lib.llama_init_from_model(model.ptr, params)
         if not self.ptr:
-            raise SpecrunError(f"llama.cpp could not create a context of {n_ctx} tokens", "lower --ctx-size")
-        self.n_ctx = lib.llama_n_ctx(self.ptr)
-        self.n_batch = params.n_batch
+            what = f"{params.n_ctx} tokens" + (f" for {n_seq} sequences" if n_seq > 1 else "")
+            raise SpecrunError(f"llama.cpp could not create a context of {what}",
+                               "lower --ctx-size" + (" or --parallel" if n_seq > 1 else ""))
+        self.n_cells = lib.llama_n_ctx(self.ptr)
+        self.n_ctx = min(n_ctx, self.n_cells)
+        self.n_seq = n_seq
+        self.n_batch = n_batch
         self.memory = lib.llama_get_memory(self.ptr)
-        self.batch = lib.llama_batch_init(self.n_batch, 0, 1)
-        self.tokens: list[int] = []
+        self.tokens: list[list[int]] = [[] for _ in range(n_seq)]
         self.decode_seconds = 0.0  # time inside llama_decode, to tell engine overhead from model time
+        self.snapshots = int(lib.llama_n_rs_seq(self.ptr)) if model.recurrent and not head else 0
+        # a head's cache is attention only, whatever the trunk's: its positions cut like any attention cache's
+        self.rewind = "positions" if head or not model.recurrent else "snapshots" if self.snapshots else "none"
+        self._last_call = [0] * n_seq  # tokens each sequence got in the last decode call; 0 once undone
+        self._checkpoints: list[tuple[int, bytes] | None] = [None] * n_seq
+        self.head = head
+        self.hidden = hidden
+        self.on_hidden = None
+        if hidden or head:
+            _llama_ext().llama_set_embeddings_nextn(self.ptr, True, head)  # the head: rows for its outputs only
+        self._head_batch = lib.llama_batch_ext_init(self.ptr) if head else None
+        self._batch_arrays(lib)
 
-    def decode(self, tokens: Sequence[int], logits: str = "last", *, copy: bool = True) -> np.ndarray | None:
-        """Append tokens to the cache; return logits rows ("last": shape (n_vocab,), "all": (n, n_vocab), "none").
+    @property
+    def max_rewind(self) -> int | None:
+        """The most tokens a step's verification may take back exactly (None: any)."""
+        return None if self.rewind == "positions" else self.snapshots
 
-        Long inputs are split into n_batch chunks; with "last" only the final chunk asks for logits,
-        with "all" every chunk does and the rows are joined. `copy=False` returns a view of
-        llama.cpp's own buffer (no copy of K+1 vocabulary-sized rows), valid only until the next
-        decode on this context, and only for input that fits one chunk.
+    def _batch_arrays(self, lib) -> None:
+        """A llama_batch whose arrays are numpy's: filled by slicing, never row by row in Python."""
+        n = self.n_batch
+        self._token = np.zeros(n, dtype=np.int32)
+        self._pos = np.zeros(n, dtype=np.int32)
+        self._n_seq_id = np.ones(n, dtype=np.int32)
+        self._seq = np.zeros(n, dtype=np.int32)
+        self._wants = np.zeros(n, dtype=np.int8)
+        base = self._seq.ctypes.data
+        self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * n)(
+            *(ctypes.cast(base + 4 * i, ctypes.POINTER(ctypes.c_int32)) for i in range(n)))
+        batch = lib.llama_batch()
+        batch.token = self._token.ctypes.data_as(ctypes.POINTER(lib.llama_token))
+        batch.embd = None
+        batch.pos = self._pos.ctypes.data_as(ctypes.POINTER(lib.llama_pos))
+        batch.n_seq_id = self._n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        batch.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(ctypes.POINTER(lib.llama_seq_id)))
+        batch.logits = self._wants.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.batch = batch
+
+    # -- state -------------------------------------------------------------------------------
+
+    def used(self) -> int:
+        """Cells holding a token of some sequence."""
+        return sum(len(t) for t in self.tokens)
+
+    def free(self) -> int:
+        return self.n_cells - self.used()
+
+    def common_prefix(self, seq: int, history: Sequence[int]) -> int:
+        """Length of the longest prefix shared by sequence `seq`'s cache and `history`."""
+        return common_prefix(self.tokens[seq], history)
+
+    # -- decoding ----------------------------------------------------------------------------
+
+    def decode(self, segments: Sequence[Segment], *, copy: bool = True) -> list[np.ndarray | None]:
+        """Append every segment's tokens to its sequence in as few passes as n_batch allows (one,
+        for a step's verification batch); return, per segment, its logits: shape (n, n_vocab) for
+        "all", (n_vocab,) for "last", None for "none". On failure no sequence keeps any of it.
+
+        `copy=False` returns views of llama.cpp's buffer (no copy of vocabulary-sized rows), valid
+        only until the next decode on this context, and only for segments that fit one pass.
         """
-        if not copy and len(tokens) > self.n_batch:
-            raise ValueError("a view of the logits needs the tokens in one batch")
+        total = self._check(segments)
+        if not copy and total > self.n_batch:
+            raise ValueError("views of the logits need the segments in one pass")
+        bases = [len(self.tokens[seg.seq]) for seg in segments]
+        out: list[list[np.ndarray]] = [[] for _ in segments]
+        try:
+            if total <= self.n_batch:
+                self._pass(segments, bases, [(i, 0, len(seg.tokens)) for i, seg in enumerate(segments)], out, copy)
+            else:
+                for pieces in self._chunks(segments):
+                    self._pass(segments, bases, pieces, out, True)
+        except BaseException:
+            for seg, base in zip(segments, bases):
+                _llama().llama_memory_seq_rm(self.memory, seg.seq, base, -1)
+            raise
+        for seg in segments:
+            self.tokens[seg.seq].extend(seg.tokens)
+        return [None if seg.logits == "none" else (rows[0][-1] if seg.logits == "last" else
+                                                   rows[0] if len(rows) == 1 else np.concatenate(rows))
+                for seg, rows in zip(segments, out)]
+
+    def feed(self, seq: int, tokens: Sequence[int], logits: str = "last") -> np.ndarray | None:
+        """Append `tokens` to one sequence (any length; long inputs take several passes)."""
         if not tokens:
             raise ValueError("decode needs at least one token")
-        if len(self.tokens) + len(tokens) > self.n_ctx:
-            raise ContextOverflowError(
-                f"{len(self.tokens) + len(tokens)} tokens do not fit in the context of {self.n_ctx}",
-                "raise --ctx-size or shorten the prompt",
-            )
-        rows: list[np.ndarray] = []
-        for start in range(0, len(tokens), self.n_batch):
-            chunk = tokens[start : start + self.n_batch]
-            final = start + self.n_batch >= len(tokens)
-            mode = logits if final or logits == "all" else "none"
-            self._decode_chunk(chunk, mode)
-            if mode != "none":
-                rows.append(self._logits(len(chunk) if mode == "all" else 1, copy))
-        if logits == "none":
-            return None
-        return rows[0][0] if logits == "last" else rows[0] if len(rows) == 1 else np.concatenate(rows)
+        return self.decode([Segment(seq, tokens, logits)])[0]
 
-    def _decode_chunk(self, chunk: Sequence[int], mode: str) -> None:
-        lib = _llama()
-        batch = self.batch
-        base = len(self.tokens)
-        n = len(chunk)
-        batch.n_tokens = n
-        for i, token in enumerate(chunk):
-            batch.token[i] = token
-            batch.pos[i] = base + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = 0
-            batch.logits[i] = 1 if mode == "all" or (mode == "last" and i == n - 1) else 0
-        start = time.perf_counter()
-        status = lib.llama_decode(self.ptr, batch)
-        self.decode_seconds += time.perf_counter() - start
+    def _check(self, segments: Sequence[Segment]) -> int:
+        seen: set[int] = set()
+        added = 0
+        for seg in segments:
+            if not len(seg.tokens):
+                raise ValueError("a segment needs at least one token")
+            if seg.seq in seen or not 0 <= seg.seq < self.n_seq:
+                raise ValueError(f"sequence {seg.seq} is repeated or out of range")
+            seen.add(seg.seq)
+            size = len(self.tokens[seg.seq]) + len(seg.tokens)
+            if size > self.n_ctx:
+                raise ContextOverflowError(f"{size} tokens do not fit in the context of {self.n_ctx}",
+                                           "raise --ctx-size or shorten the prompt")
+            added += len(seg.tokens)
+        if added > self.free():
+            raise CacheFullError(f"{added} tokens do not fit in the {self.free()} free cells of the shared cache",
+                                 "lower --parallel or raise --ctx-size")
+        return added
+
+    def _chunks(self, segments: Sequence[Segment]):
+        """(segment, start, end) pieces of at most n_batch tokens in all per pass, in order."""
+        pieces, room = [], self.n_batch
+        for index, seg in enumerate(segments):
+            start = 0
+            while start < len(seg.tokens):
+                n = min(room, len(seg.tokens) - start)
+                pieces.append((index, start, start + n))
+                start += n
+                room -= n
+                if room == 0:
+                    yield pieces
+                    pieces, room = [], self.n_batch
+        if pieces:
+            yield pieces
+
+    def _pass(self, segments: Sequence[Segment], bases: Sequence[int], pieces, out: list[list[np.ndarray]], copy: bool) -> None:
+        """One llama_decode over `pieces`; the logits rows each piece asked for go to `out`."""
+        row, wanted = 0, []
+        for index, start, end in pieces:
+            seg = segments[index]
+            n = end - start
+            self._token[row:row + n] = seg.tokens[start:end]
+            self._pos[row:row + n] = np.arange(bases[index] + start, bases[index] + end, dtype=np.int32)
+            self._seq[row:row + n] = seg.seq
+            if seg.logits == "all":
+                self._wants[row:row + n] = 1
+                wanted.append((index, n))
+            else:
+                self._wants[row:row + n] = 0
+                if seg.logits == "last" and end == len(seg.tokens):
+                    self._wants[row + n - 1] = 1
+                    wanted.append((index, 1))
+            row += n
+        self.batch.n_tokens = row
+        start_time = time.perf_counter()
+        status = _llama().llama_decode(self.ptr, self.batch)
+        self.decode_seconds += time.perf_counter() - start_time
         if status != 0:
-            # An aborted decode can leave some of the batch in the cache: drop it, so the cache
-            # holds exactly what `tokens` says.
-            lib.llama_memory_seq_rm(self.memory, 0, base, -1)
-            raise SpecrunError(f"llama_decode failed with status {status}", "raise --ctx-size; SPECRUN_DEBUG=1 shows details")
-        self.tokens.extend(chunk)
+            raise SpecrunError(f"llama_decode failed with status {status} on a batch of {row} tokens",
+                               "raise --ctx-size" + (" or lower --parallel" if self.n_seq > 1 else "") + "; SPECRUN_DEBUG=1 shows details")
+        for index, start, end in pieces:
+            self._last_call[segments[index].seq] = end - start
+        if self.hidden and self.on_hidden is not None:
+            block = np.ctypeslib.as_array(_llama_ext().llama_get_embeddings_nextn(self.ptr), shape=(row, self.model.n_embd_out))
+            at = 0
+            for index, start, end in pieces:
+                seg = segments[index]
+                self.on_hidden(seg.seq, bases[index] + start, block[at:at + end - start].copy())
+                at += end - start
+        if not wanted:
+            return
+        rows = sum(n for _, n in wanted)
+        view = np.ctypeslib.as_array(_llama().llama_get_logits(self.ptr), shape=(rows, self.model.n_vocab))
+        at = 0
+        for index, n in wanted:
+            block = view[at:at + n]
+            out[index].append(block.copy() if copy else block)
+            at += n
 
-    def _logits(self, rows: int, copy: bool = True) -> np.ndarray:
-        pointer = _llama().llama_get_logits(self.ptr)
-        view = np.ctypeslib.as_array(pointer, shape=(rows, self.model.n_vocab))
-        return view.copy() if copy else view
+    def feed_head(self, segments: Sequence["HeadSegment"]) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """Append, on a head context, each segment's (token, hidden row) pairs to its sequence, in
+        passes of at most n_batch entries; return per segment, when it asked for it, the logits and
+        the head's own hidden row of its last entry (what drafting the next token takes). On
+        failure no sequence keeps any of it."""
+        if self._head_batch is None:
+            raise ValueError("feed_head needs a context made with head=True")
+        self._check([Segment(seg.seq, seg.tokens) for seg in segments])
+        bases = [len(self.tokens[seg.seq]) for seg in segments]
+        entries = [(index, i) for index, seg in enumerate(segments) for i in range(len(seg.tokens))]
+        out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(segments)
+        try:
+            for start in range(0, len(entries), self.n_batch):
+                self._head_pass(segments, bases, entries[start:start + self.n_batch], out)
+        except BaseException:
+            for seg, base in zip(segments, bases):
+                _llama().llama_memory_seq_rm(self.memory, seg.seq, base, -1)
+            raise
+        for seg in segments:
+            self.tokens[seg.seq].extend(seg.tokens)
+        return out
 
-    def trim(self, n_keep: int) -> None:
-        """Drop every cached position from n_keep on (rejected draft tokens, diverged history)."""
+    def _head_pass(self, segments, bases, entries, out) -> None:
+        """One llama_process of (segment, entry) pairs through llama_batch_ext, which carries a
+        hidden row with every token."""
+        lib, ext = _llama(), _llama_ext()
+        batch, width = self._head_batch, self.model.n_embd_out
+        lib.llama_batch_ext_clear(batch)
+        kept, outputs = [], []
+        position = (lib.llama_pos * 1)()
+        for index, i in entries:
+            seg = segments[index]
+            row = np.ascontiguousarray(seg.rows[i], dtype=np.float32)
+            kept.append(row)  # C reads the row when the batch is processed
+            at = lib.llama_batch_ext_add_token(batch, seg.seq, int(seg.tokens[i]))
+            position[0] = bases[index] + i
+            if at < 0 or not lib.llama_batch_ext_set_pos(batch, at, position) or not lib.llama_batch_ext_set_embd_token(
+                    batch, at, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width)):
+                raise SpecrunError("llama.cpp refused an entry of a multi-token-prediction batch", "use another --spec mode; SPECRUN_DEBUG=1 shows details")
+            if seg.last and i == len(seg.tokens) - 1:
+                lib.llama_batch_ext_set_output_logits(batch, at, True)
+                outputs.append((index, at))
+        start_time = time.perf_counter()
+        status = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, batch)
+        self.decode_seconds += time.perf_counter() - start_time
+        if status != 0:
+            raise SpecrunError(f"the multi-token-prediction head failed with status {status} on {len(entries)} entries",
+                               "raise --ctx-size or use another --spec mode; SPECRUN_DEBUG=1 shows details")
+        for index, at in outputs:
+            logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ptr, at), shape=(self.model.n_vocab,)).copy()
+            hidden = np.ctypeslib.as_array(ext.llama_get_embeddings_nextn_ith(self.ptr, at), shape=(width,)).copy()
+            out[index] = (logits, hidden)
+
+    # -- rewinding ---------------------------------------------------------------------------
+
+    def trim(self, seq: int, n_keep: int) -> None:
+        """Drop every cached position of `seq` from n_keep on (rejected draft tokens, diverged
+        history); see the class docstring for how each kind of cache does it."""
         if n_keep < 0:
             raise ValueError(f"cannot keep {n_keep} cached tokens")
-        if n_keep >= len(self.tokens):
+        held = len(self.tokens[seq])
+        if n_keep >= held:
             return
-        if not _llama().llama_memory_seq_rm(self.memory, 0, n_keep, -1):
-            raise SpecrunError("llama.cpp could not trim its KV cache", "this model's cache type cannot rewind; use --draft none")
-        del self.tokens[n_keep:]
+        cut = held - n_keep
+        if self.rewind == "positions" or (self.rewind == "snapshots" and cut <= min(self.snapshots, self._last_call[seq] - 1)):
+            if not _llama().llama_memory_seq_rm(self.memory, seq, n_keep, -1):
+                raise SpecrunError("llama.cpp could not trim its KV cache", "this model's cache type cannot rewind; use --spec off")
+            del self.tokens[seq][n_keep:]
+            self._last_call[seq] = 0  # a snapshot undoes once
+            return
+        self._rewind_from_checkpoint(seq, n_keep)
 
-    def clear(self) -> None:
-        """Empty the cache and its mirror at once (after a decode was torn down halfway, when the
-        cache may hold positions the mirror does not know of)."""
-        _llama().llama_memory_clear(self.memory, True)
-        self.tokens.clear()
+    def checkpoint(self, seq: int) -> None:
+        """Keep what a recurrent cache of `seq` holds now, to come back to (a chat's next turn, a
+        draft's rejected tokens). Positions need none."""
+        if self.rewind == "positions" or not self.tokens[seq]:
+            return
+        lib = _llama()
+        flags = lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = lib.llama_state_seq_get_size_ext(self.ptr, seq, flags)
+        buf = (ctypes.c_uint8 * size)()
+        if lib.llama_state_seq_get_data_ext(self.ptr, buf, size, seq, flags) == size:
+            self._checkpoints[seq] = (len(self.tokens[seq]), bytes(buf))
 
-    def common_prefix(self, history: Sequence[int]) -> int:
-        """Length of the longest prefix shared by the cache and `history`."""
-        return common_prefix(self.tokens, history)
+    def _rewind_from_checkpoint(self, seq: int, n_keep: int) -> None:
+        """Back to the latest checkpoint at or before n_keep (or to nothing), then the tokens after it again."""
+        lib = _llama()
+        tokens = self.tokens[seq][:n_keep]
+        saved = self._checkpoints[seq]
+        at = 0
+        if saved is not None and saved[0] <= n_keep and self.tokens[seq][: saved[0]] == tokens[: saved[0]]:
+            data = saved[1]
+            buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+            if lib.llama_state_seq_set_data_ext(self.ptr, buf, len(data), seq, lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) == len(data):
+                lib.llama_memory_seq_rm(self.memory, seq, saved[0], -1)
+                at = saved[0]
+        if at == 0:
+            lib.llama_memory_seq_rm(self.memory, seq, -1, -1)
+            self._checkpoints[seq] = None
+        self.tokens[seq] = tokens[:at]
+        self._last_call[seq] = 0
+        if at < n_keep:
+            self.feed(seq, tokens[at:], "none")
 
+    def clear(self, seq: int | None = None) -> None:
+        """Forget one sequence entirely (its cells return to the pool), or every sequence. Also right
+        after a decode torn down halfway, when the cache may hold positions the mirror does not know."""
+        if seq is None:
+            _llama().llama_memory_clear(self.memory, True)
+            for tokens in self.tokens:
+                tokens.clear()
+            self._checkpoints = [None] * self.n_seq
+            self._last_call = [0] * self.n_seq
+            return
+        _llama().llama_memory_seq_rm(self.memory, seq, -1, -1)
+        self.tokens[seq].clear()
+        self._checkpoints[seq] = None
+        self._last_call[seq] = 0
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if getattr(self, "_head_batch", None):
+            _llama().llama_batch_ext_free(self._head_batch)
+            self._head_batch = None
+        if getattr(self, "ptr", None):
+            _llama().llama_free(self.ptr)
+            self.ptr = None
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -91,7 +91,8 @@ def supported() -> bool:
     return bool(_llama().llama_supports_rpc())
 
 
-def _require_rpc() -> None:
+def require_rpc() -> None:
+    """Refuse, in one line, a llama.cpp built without the RPC backend (before any thread or socket)."""
     if not supported():
         raise RpcError("this llama.cpp build has no RPC backend",
                        "rebuild llama-cpp-python with CMAKE_ARGS=-DGGML_RPC=on (scripts/setup.sh does)")
@@ -150,7 +151,7 @@ def connect(endpoints: Sequence[Endpoint]) -> list[Device]:
     """
     if not endpoints:
         return []
-    _require_rpc()
+    require_rpc()
     lib = _rpc_lib()
     for endpoint in endpoints:
         check(endpoint)  # every time: a worker registered earlier in this process may have gone since
@@ -255,7 +256,7 @@ def serve(endpoint: Endpoint, served: Sequence[Device], *, threads: int, cache_d
 
     llama.cpp's server prints its banner and connection events on stdout.
     """
-    _require_rpc()
+    require_rpc()
     if not served:
         raise InputError("no device to serve", "pass --device with a device of this machine")
     handles = (ctypes.c_void_p * len(served))(*[d.handle for d in served])

@@ -1,9 +1,13 @@
-"""Logits → next-token probabilities with llama.cpp's transform order, and a seeded RNG.
+"""Logits → next-token distributions with llama.cpp's transform order, and a seeded RNG.
 
-Target (p) and draft (q) rows go through the same `SamplingParams.probs`, as speculative sampling
+Target (p) and draft (q) rows go through the same `SamplingParams.dist`, as speculative sampling
 requires. Order follows llama.cpp's default chain: top-k, top-p, min-p on the untempered
 distribution, then temperature over the survivors. Temperature 0 means greedy: a point mass on the
 argmax.
+
+A distribution is kept over its support only (`Dist`: the surviving ids and their probabilities).
+The chain leaves a few dozen candidates of a vocabulary of 150k; work over the whole vocabulary is
+one threshold pass, so a sampled step costs about what a greedy one does on the host.
 """
 
 from __future__ import annotations
@@ -13,6 +17,96 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import defaults
+
+_SUBSAMPLE = 64  # the top-k threshold is found on every 64th logit first (see top_ids)
+
+
+def top_ids(logits: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the k largest logits, in no particular order (all ids when k is 0 or at least n).
+
+    The k-th largest of a strided subsample is a lower bound that at least k logits reach (the
+    subsample's own top k are among them), so one comparison over the vocabulary leaves a small
+    pool whose exact top k is found by a partition of the pool alone."""
+    n = logits.shape[0]
+    if k <= 0 or k >= n:
+        return np.arange(n)
+    sub = logits[::_SUBSAMPLE]
+    if sub.shape[0] > k:
+        threshold = np.partition(sub, sub.shape[0] - k)[sub.shape[0] - k]
+        pool = np.flatnonzero(logits >= threshold)
+    else:
+        pool = np.arange(n)
+    if pool.shape[0] > k:
+        pool = pool[np.argpartition(logits[pool], pool.shape[0] - k)[pool.shape[0] - k:]]
+    return pool
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A next-token distribution over its support: ids in ascending order and their probabilities.
+
+    Sampling walks the ids in ascending order with one uniform, which draws exactly the token that
+    inverse-CDF sampling over the whole vocabulary's vector would."""
+
+    ids: np.ndarray  # int64, ascending, no repeats
+    p: np.ndarray  # float64, same length, sums to 1
+
+    @classmethod
+    def point(cls, token: int) -> "Dist":
+        return cls(np.array([token], dtype=np.int64), np.ones(1))
+
+    @classmethod
+    def of(cls, ids: np.ndarray, weights: np.ndarray) -> "Dist":
+        """Normalised weights on ids (any order; zero weights dropped)."""
+        order = np.argsort(ids, kind="stable")
+        ids, weights = np.asarray(ids, dtype=np.int64)[order], np.asarray(weights, dtype=np.float64)[order]
+        keep = weights > 0
+        ids, weights = ids[keep], weights[keep]
+        return cls(ids, weights / weights.sum())
+
+    @classmethod
+    def from_dense(cls, probs: np.ndarray) -> "Dist":
+        """The distribution a full-vocabulary probability vector describes."""
+        ids = np.flatnonzero(probs > 0)
+        return cls.of(ids, probs[ids])
+
+    def prob(self, token: int) -> float:
+        i = int(np.searchsorted(self.ids, token))
+        return float(self.p[i]) if i < self.ids.shape[0] and self.ids[i] == token else 0.0
+
+    def top(self) -> float:
+        """The largest probability."""
+        return float(self.p.max())
+
+    def sample(self, rng: np.random.Generator) -> int:
+        cumulative = np.cumsum(self.p)
+        u = rng.random() * cumulative[-1]
+        return int(self.ids[min(int(np.searchsorted(cumulative, u, side="right")), self.ids.shape[0] - 1)])
+
+    def without(self, token: int) -> "Dist | None":
+        """Renormalised with `token` removed (None when nothing is left)."""
+        keep = self.ids != token
+        if not keep.any():
+            return None
+        return Dist(self.ids[keep], self.p[keep] / self.p[keep].sum())
+
+    def minus(self, q: "Dist") -> "Dist | None":
+        """normalise(max(0, p − q)): the residual of speculative sampling (None when it is empty)."""
+        at = np.searchsorted(q.ids, self.ids)
+        at = np.minimum(at, q.ids.shape[0] - 1)
+        q_here = np.where(q.ids[at] == self.ids, q.p[at], 0.0)
+        residual = np.maximum(self.p - q_here, 0.0)
+        total = residual.sum()
+        if total <= 0:
+            return None
+        keep = residual > 0
+        return Dist(self.ids[keep], residual[keep] / total)
+
+    def dense(self, n: int) -> np.ndarray:
+        """As a vector over a vocabulary of n."""
+        out = np.zeros(n, dtype=np.float64)
+        out[self.ids] = self.p
+        return out
 
 
 @dataclass(frozen=True)
@@ -30,11 +124,7 @@ class SamplingParams:
 
     def candidates(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Surviving token ids and their (untempered) logits, highest first."""
-        n = logits.shape[0]
-        if 0 < self.top_k < n:
-            ids = np.argpartition(logits, -self.top_k)[-self.top_k :]
-        else:
-            ids = np.arange(n)
+        ids = top_ids(logits, self.top_k)
         ids = ids[np.argsort(-logits[ids], kind="stable")]
         kept = logits[ids].astype(np.float64)
         if self.top_p < 1.0 or self.min_p > 0.0:
@@ -48,17 +138,21 @@ class SamplingParams:
                 ids, kept = ids[keep], kept[keep]
         return ids, kept
 
-    def probs(self, logits: np.ndarray) -> np.ndarray:
-        """Full-vocabulary probabilities after all transforms (a point mass when greedy)."""
-        out = np.zeros(logits.shape[0], dtype=np.float64)
+    def dist(self, logits: np.ndarray) -> Dist:
+        """The distribution after all transforms (a point mass on the argmax when greedy)."""
         if self.greedy:
-            out[int(np.argmax(logits))] = 1.0
-            return out
+            return Dist.point(int(np.argmax(logits)))
         ids, kept = self.candidates(logits)
-        scaled = (kept - kept[0]) / self.temperature
-        weights = np.exp(scaled)
-        out[ids] = weights / weights.sum()
-        return out
+        weights = np.exp((kept - kept[0]) / self.temperature)
+        return Dist.of(ids, weights)
+
+    def probs(self, logits: np.ndarray) -> np.ndarray:
+        """The same distribution as a full-vocabulary vector."""
+        return self.dist(logits).dense(logits.shape[0])
+
+    def pick(self, logits: np.ndarray, rng: np.random.Generator) -> int:
+        """The next token from one row of logits: the argmax, or a draw."""
+        return int(np.argmax(logits)) if self.greedy else self.dist(logits).sample(rng)
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:

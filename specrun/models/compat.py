@@ -86,10 +86,22 @@ class CompatReport:
     info: tuple[Info, ...]
     first_diff: TokenDiff | None
     seconds: float
+    round_trips: tuple[bool, bool] = (True, True)  # target's, draft's: text → tokens → the same text
 
     @property
     def compatible(self) -> bool:
         return all(r.ok for r in self.rules)
+
+    @property
+    def text_drafting(self) -> bool:
+        """The vocabularies differ but both models turn text into tokens and back: the draft can
+        draft through text (engine.drafting.text)."""
+        return not self.compatible and self.round_trips[0] and self.round_trips[1]
+
+    @property
+    def drafting(self) -> str | None:
+        """How the draft drafts for the target: "token" (shared vocabulary), "text", or None."""
+        return "token" if self.compatible else "text" if self.text_drafting else None
 
     @property
     def first_failure(self) -> str | None:
@@ -104,6 +116,7 @@ class CompatReport:
             "draft": str(self.draft),
             "compatible": self.compatible,
             "first_failure": self.first_failure,
+            "drafting": self.drafting,
             "rules": [r.to_dict() for r in self.rules],
             "info": [i.to_dict() for i in self.info],
             "first_token_difference": None if diff is None else {"id": diff.id, "target": diff.target, "draft": diff.draft, "count": diff.count},
@@ -168,15 +181,18 @@ def check_pair(target: str | os.PathLike, draft: str | os.PathLike) -> CompatRep
     start = time.perf_counter()
     t, d = read_vocab(target), read_vocab(draft)
     rules, diff = compare(t, d)
-    return CompatReport(t.path, d.path, rules, _info(t, d), diff, time.perf_counter() - start)
+    return CompatReport(t.path, d.path, rules, _info(t, d), diff, time.perf_counter() - start, (t.round_trips, d.round_trips))
 
 
-def require_compatible(target: str | os.PathLike, draft: str | os.PathLike) -> CompatReport:
-    """Refuse a pair llama.cpp would refuse, naming the first failing rule; returns the report."""
+def require_draftable(target: str | os.PathLike, draft: str | os.PathLike) -> CompatReport:
+    """Refuse a pair whose draft can draft neither through tokens (llama.cpp's rules) nor through
+    text, naming what fails; returns the report (its `drafting` says which way)."""
     report = check_pair(target, draft)
-    if not report.compatible:
+    if report.drafting is None:
+        which = "the target's" if not report.round_trips[0] else "the draft's"
         raise IncompatibleModelsError(
-            f"{Path(draft).name} cannot draft for {Path(target).name}: {report.first_failure}",
+            f"{Path(draft).name} cannot draft for {Path(target).name}: {report.first_failure}, and {which} tokenizer "
+            "does not give text back as it was, so it cannot draft through text either",
             "choose a draft from `specrun drafts TARGET`, or run without one (--draft none)",
         )
     return report

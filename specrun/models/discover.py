@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .fetch import SPLIT_RE, availability, cache_dir, hf_cache_dir
-from .registry import Registry
+from .fetch import availability, cache_dir, hf_cache_dir
+from .registry import SPLIT_RE, Registry
 
 
 @dataclass(frozen=True)

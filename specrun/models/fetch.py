@@ -16,13 +16,13 @@ from pathlib import Path
 
 from ..errors import FetchError, InputError, ModelFileError, RegistryError
 from . import bundle as _bundle
+from . import digests
 from .bundle import ProgressHook
 from .modelfile import check_gguf_file
 from .registry import HfSource, Model, Registry
 from .registry import Pair as RegistryPair
 
 HF_SPEC_RE = re.compile(r"^hf:(?P<owner>[^/@\s]+)/(?P<repo>[^/@\s]+)/(?P<file>[^@\s]+?\.gguf)(?:@(?P<rev>[^@\s]+))?$", re.I)
-SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$", re.I)
 
 
 def cache_dir() -> Path:
@@ -64,11 +64,7 @@ def parse_hf_spec(spec: str) -> HfSource:
 
 def hf_files(src: HfSource) -> list[str]:
     """The files to fetch: all shards of a split GGUF (llama.cpp loads them from the first)."""
-    m = SPLIT_RE.match(src.file)
-    if not m:
-        return [src.file]
-    n = int(m.group("n"))
-    return [f"{m.group('stem')}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1)]
+    return src.files
 
 
 def hf_cached(src: HfSource) -> Path | None:
@@ -84,10 +80,27 @@ def hf_cached(src: HfSource) -> Path | None:
     return paths[0]
 
 
+def shard_paths(src: HfSource, first: Path) -> list[Path]:
+    """The local paths of every file of `src`, given the first one's (shards sit side by side)."""
+    return [first.parent / Path(name).name for name in hf_files(src)]
+
+
+def model_paths(model: Model, path: Path) -> list[Path]:
+    """Every file of `model` found at `path`: the shards of a split Hugging Face model, else `path`."""
+    src = model.hf
+    if src is not None and len(src.files) > 1 and path.name == Path(src.files[0]).name:
+        return shard_paths(src, path)
+    return [path]
+
+
 def hf_fetch(src: HfSource, progress: ProgressHook | None = None, pull_hint: str | None = None) -> Path:
-    """Download `src` into the HF cache (or find it there); offline and not cached → FetchError."""
+    """Download `src` into the HF cache (or find it there); offline and not cached → FetchError.
+    A pinned sha256 is checked: a fresh download in full (a mismatch deletes it), a cached file by
+    its cache entry (see digests)."""
     cached = hf_cached(src)
     if cached is not None:
+        for name, path, pin in zip(hf_files(src), shard_paths(src, cached), src.sha256):
+            digests.check_cached(f"{src.repo}/{name}", path, pin, progress)
         return cached
     pull = pull_hint or f"specrun pull {src.spec}"
     if hf_offline():
@@ -98,7 +111,8 @@ def hf_fetch(src: HfSource, progress: ProgressHook | None = None, pull_hint: str
     from huggingface_hub import errors, hf_hub_download
 
     first = None
-    for name in hf_files(src):
+    pins = src.sha256 or (None,) * len(hf_files(src))
+    for name, pin in zip(hf_files(src), pins):
         try:
             path = hf_hub_download(
                 src.repo, name, revision=src.revision, cache_dir=hf_cache_dir(),
@@ -116,6 +130,8 @@ def hf_fetch(src: HfSource, progress: ProgressHook | None = None, pull_hint: str
             raise FetchError(f"{src.repo} has no file {name}", "check the file name on the repository's Files tab") from exc
         except (errors.HfHubHTTPError, OSError) as exc:
             raise FetchError(f"could not download {src.repo}/{name}: {_first_line(exc)}", f"check the network, then run `{pull}`") from exc
+        if pin is not None:
+            digests.check_download(f"{src.repo}/{name}", Path(path), pin, progress)
         first = first or Path(path)
     assert first is not None
     return first
@@ -184,6 +200,8 @@ def availability(model: Model) -> Availability:
 def fetch_model(model: Model, progress: ProgressHook | None = None) -> Path:
     """A local path for `model`: found, assembled from its pip bundle, or downloaded (in that order)."""
     found = availability(model)
+    if found.where == "HF cache" and model.hf is not None and model.hf.sha256:
+        return hf_fetch(model.hf, progress, pull_hint=f"specrun pull {model.name}")  # checks the pin
     if found.path is not None:
         return found.path
     if model.bundle is not None and (found.where == "pip bundle" or _bundle.any_installed(model.bundle)):

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from ..errors import ModelFileError
-from .gguf_header import NotGGUF, Truncated, check_complete
+from .gguf_header import GGUFHeader, NotGGUF, Truncated, check_complete, read_header
 
 
 def check_gguf_file(path: str | os.PathLike) -> Path:
@@ -21,13 +21,48 @@ def check_gguf_file(path: str | os.PathLike) -> Path:
     try:
         st = path.stat()
         _check_complete_cached(str(path.resolve()), st.st_size, st.st_mtime_ns)
-    except NotGGUF as exc:
-        raise ModelFileError(f"{path} is not a GGUF model: {exc}", "pass a .gguf file (llama.cpp's convert_hf_to_gguf.py converts others)") from exc
-    except Truncated as exc:
-        raise ModelFileError(f"{path} is incomplete: {exc}", "download or copy it again") from exc
     except (ValueError, OSError) as exc:
-        raise ModelFileError(f"{path} is not a readable GGUF model: {exc}", "download or copy it again") from exc
+        raise model_file_error(path, exc) from exc
     return path
+
+
+def read_model_header(path: str | os.PathLike) -> GGUFHeader:
+    """The header of `path`, or a ModelFileError that says what is wrong with it."""
+    try:
+        return read_header(path)
+    except (ValueError, OSError) as exc:
+        raise model_file_error(Path(path), exc) from exc
+
+
+def mtp_layers(path: str | os.PathLike) -> int:
+    """How many multi-token-prediction ("nextn") layers the file's metadata declares (0: none, or
+    a header that does not say): a target with some drafts with them, loaded with its MTP layers."""
+    header = read_model_header(path)
+    arch = header.metadata.get("general.architecture")
+    value = header.metadata.get(f"{arch}.nextn_predict_layers", 0)
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def rollback_kind(path: str | os.PathLike) -> str:
+    """How the file's cache takes draft tokens back, from its metadata: "positions" (attention
+    caches, sliding windows kept in full) or "snapshots" (a recurrent state: Mamba, gated delta
+    nets and their hybrids, which snapshot up to RECURRENT_K_MAX tokens a step)."""
+    header = read_model_header(path)
+    arch = header.metadata.get("general.architecture")
+    recurrent = any(key.startswith(f"{arch}.ssm.") or key.startswith(f"{arch}.rwkv") for key in header.metadata)
+    return "snapshots" if recurrent else "positions"
+
+
+def model_file_error(path: Path, exc: ValueError | OSError) -> ModelFileError:
+    """One line for a file the header reader refused (or could not open)."""
+    if isinstance(exc, NotGGUF):
+        return ModelFileError(f"{path} is not a GGUF model: {exc}", "pass a .gguf file (llama.cpp's convert_hf_to_gguf.py converts others)")
+    if isinstance(exc, Truncated):
+        state = "incomplete" if exc.expected is not None else "incomplete or damaged"  # a header cut short or lying about a length
+        return ModelFileError(f"{path} is {state}: {exc}", "download or copy it again")
+    if isinstance(exc, OSError):
+        return ModelFileError(f"{path} cannot be read: {exc.strerror or exc}", "check its permissions, or download or copy it again")
+    return ModelFileError(f"{path} is not a readable GGUF model: {exc}", "download or copy it again")
 
 
 @functools.lru_cache(maxsize=64)

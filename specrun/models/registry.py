@@ -25,20 +25,40 @@ except ModuleNotFoundError:  # Python 3.10
 from ..errors import RegistryError
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$", re.I)
+MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9._+-]+$")  # a model's name becomes a file name in the cache
+MODEL_NAME_HINT = "use only letters, digits and . _ + -, and not . or .."
+
+
+def is_safe_model_name(name: str) -> bool:
+    """Whether `name` can name a file in specrun's cache without leaving it (no separators, not
+    `.` or `..`, nothing a glob would read as a pattern)."""
+    return bool(MODEL_NAME_RE.match(name)) and name not in (".", "..")
 
 
 @dataclass(frozen=True)
 class HfSource:
-    """A file in a Hugging Face repository; `revision` pins a branch, tag or commit."""
+    """A file in a Hugging Face repository; `revision` pins a branch, tag or commit, `sha256` the
+    content (one digest per file in `files`, checked after download; empty: not pinned)."""
 
     repo: str
     file: str
     revision: str | None = None
+    sha256: tuple[str, ...] = ()
 
     @property
     def spec(self) -> str:
         """The `hf:` spec that names this file on the command line."""
         return f"hf:{self.repo}/{self.file}" + (f"@{self.revision}" if self.revision else "")
+
+    @property
+    def files(self) -> list[str]:
+        """The files to fetch: all shards of a split GGUF (llama.cpp loads them from the first)."""
+        m = SPLIT_RE.match(self.file)
+        if not m:
+            return [self.file]
+        n = int(m.group("n"))
+        return [f"{m.group('stem')}-{i:05d}-of-{n:05d}.gguf" for i in range(1, n + 1)]
 
 
 @dataclass(frozen=True)
@@ -243,7 +263,7 @@ def merge(files: list[RegistryFile]) -> Registry:
 
 MODEL_KEYS = {"name", "family", "params", "quant", "size", "path", "package", "bundle", "hf"}
 PAIR_KEYS = {"name", "target", "draft", "draft_max", "note", "default", "verified"}
-HF_KEYS = {"repo", "file", "revision"}
+HF_KEYS = {"repo", "file", "revision", "sha256"}
 PACKAGE_KEYS = {"distribution", "file"}
 BUNDLE_KEYS = {"distribution", "file", "count", "parts", "version", "sha256", "size"}
 
@@ -285,6 +305,8 @@ def _positive(table: dict, key: str, where: str, required: bool = False) -> int 
 def _model(t: dict, i: int, origin: str, base_dir: Path | None) -> Model:
     where = f"[[model]] #{i + 1} in {origin}"
     name = _get(t, "name", str, where, required=True)
+    if not is_safe_model_name(name):
+        raise RegistryError(f"{where} has the name {name!r}, which cannot be a file name", MODEL_NAME_HINT)
     where = f"model '{name}' in {origin}"
     _check_keys(t, MODEL_KEYS, where, origin)
     path = _get(t, "path", str, where)
@@ -316,7 +338,23 @@ def _hf(t: dict | None, where: str, origin: str) -> HfSource | None:
     repo = _get(t, "repo", str, where, required=True)
     if repo.count("/") != 1 or not all(repo.split("/")):
         raise RegistryError(f"'repo' in {where} must be OWNER/NAME, not '{repo}'", "fix the repo id")
-    return HfSource(repo, _get(t, "file", str, where, required=True), _get(t, "revision", str, where))
+    src = HfSource(repo, _get(t, "file", str, where, required=True), _get(t, "revision", str, where))
+    return replace(src, sha256=_hf_pins(t, src, where))
+
+
+def _hf_pins(t: dict, src: HfSource, where: str) -> tuple[str, ...]:
+    """`sha256 = "..."` for one file, or a list with one digest per shard of a split model."""
+    if "sha256" not in t:
+        return ()
+    value = _get(t, "sha256", (str, list), where)
+    digests = [value] if isinstance(value, str) else value
+    count = len(src.files)
+    if len(digests) != count:
+        what = "one digest" if count == 1 else f"a list of {count} digests, one per shard"
+        raise RegistryError(f"'sha256' in {where} must be {what}", "paste the sha256 Hugging Face shows for each file")
+    if not all(isinstance(d, str) and SHA256_RE.match(d.lower()) for d in digests):
+        raise RegistryError(f"'sha256' in {where} is not 64 hex digits", "paste the sha256 Hugging Face shows for the file")
+    return tuple(d.lower() for d in digests)
 
 
 def _package(t: dict | None, where: str, origin: str) -> PackageSource | None:

@@ -14,7 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..atomic import write_atomic
+from ..atomic import read_json_object, update_json
 from ..engine.auto.costs import CALIBRATION_SIZES, DecodeCosts, judge
 from ..models.fetch import cache_dir
 
@@ -24,7 +24,8 @@ FORMAT = 2  # entries of other formats are ignored (format 1 kept no record of h
 
 class KeyedStore:
     """A small JSON file of the newest MAX_ENTRIES entries by key, written atomically; a file that
-    cannot be read or written only costs a measurement or a lesson."""
+    cannot be read or written only costs a measurement or a lesson. Each change re-reads the file
+    under its lock and changes only its own key, so runs storing different keys at once keep both."""
 
     def __init__(self, name: str):
         self.name = name
@@ -32,34 +33,26 @@ class KeyedStore:
     def path(self) -> Path:
         return cache_dir() / self.name
 
-    def _entries(self) -> dict:
-        try:
-            data = json.loads(self.path().read_text())
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            return {}
-
     def get(self, key: str) -> dict | None:
-        entry = self._entries().get(key)
+        entry = read_json_object(self.path()).get(key)
         return entry if isinstance(entry, dict) else None
 
     def put(self, key: str, value: dict) -> None:
-        entries = self._entries()
-        entries.pop(key, None)
-        entries[key] = value
-        while len(entries) > MAX_ENTRIES:
-            entries.pop(next(iter(entries)))
-        self._write(entries)
+        def change(entries: dict) -> None:
+            entries.pop(key, None)
+            entries[key] = value
+            while len(entries) > MAX_ENTRIES:
+                entries.pop(next(iter(entries)))
+
+        self._update(change)
 
     def drop(self, key: str) -> None:
-        entries = self._entries()
-        if entries.pop(key, None) is not None:
-            self._write(entries)
+        self._update(lambda entries: entries.pop(key, None) is not None)
 
-    def _write(self, entries: dict) -> None:
+    def _update(self, change) -> None:
         try:
             self.path().parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path(), json.dumps(entries, indent=1))
+            update_json(self.path(), change)
         except OSError:
             pass
 

@@ -1,8 +1,9 @@
-"""A loaded target (and optional draft) with their contexts: the object scripts and the CLI drive.
+"""A loaded target (and optional draft), placed on devices: what every generation needs of the models.
 
-Loading checks the vocabularies first (no weights read), picks AMX-safe load options, and keeps
-the contexts alive across generations so a conversation's KV cache is reused. What drafts in each
-generation is the pair's `speculation` (runtime.speculation).
+Loading checks the vocabularies first (no weights read), picks AMX-safe load options and places
+the layers. Generations run in a Session (runtime.session) on these models: the pair's own
+session (`pair.session`, made on first use) keeps its contexts across generations so a
+conversation's KV cache is reused; a server makes a session of many sequences instead.
 """
 
 from __future__ import annotations
@@ -10,21 +11,23 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from .. import defaults
 from ..engine import devices as engine_devices
-from ..engine import llama as engine_llama
+from ..engine import lib as engine_lib
 from ..engine import rpc as engine_rpc
 from ..engine.drafting.model import VocabBridge
-from ..engine.llama import Context, LoadOptions, Model
-from ..engine.loop import GenerationSettings, SpeculativeLoop, Step
-from ..engine.sampling import make_rng
-from ..models.compat import require_compatible
-from ..models.modelfile import check_gguf_file
+from ..engine.generation import Generation, Step
+from ..engine.llama import LoadOptions, Model
+from ..engine.sequence import GenerationSettings
+from ..models.compat import require_draftable
+from ..models.modelfile import check_gguf_file, mtp_layers
 from ..models.sizes import model_size
+from .chat_format import ChatFormat, ChatPrompt
 from .placement import DeviceSpace, ModelPlacement, Placement, Request, plan
-from .speculation import Speculation
+from . import cost_cache
+from .session import Models, Session
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,10 @@ _AMX_WARNED = False
 def extra_buffers_allowed(warn: Callable[[str], None]) -> bool:
     """llama.cpp's extra buffer types are turned off on AMX builds (their matmul path crashes on some CPUs)."""
     global _AMX_WARNED
-    engine_llama.init_backend()
-    amx = engine_llama.has_amx()
+    engine_lib.init_backend()
+    amx = engine_lib.has_amx()
     if amx and not _AMX_WARNED:
-        warn(engine_llama.AMX_WARNING)
+        warn(engine_lib.AMX_WARNING)
         _AMX_WARNED = True
     return not amx
 
@@ -76,16 +79,16 @@ def device_spaces(endpoints: Sequence[str]) -> tuple[list[DeviceSpace], dict[str
 
 
 class Pair:
-    """Target and draft models with one context each, placed on devices (`placement`)."""
+    """Target and draft models placed on devices (`placement`)."""
 
-    def __init__(self, config: PairConfig, warn: Callable[[str], None] | None = None, *, contexts: bool = True):
-        """`contexts=False` loads the models only (a server makes its own multi-sequence contexts)."""
+    def __init__(self, config: PairConfig, warn: Callable[[str], None] | None = None):
         warn = warn or (lambda message: print(message, file=sys.stderr))
         self.config = config
         check_gguf_file(config.target)  # before llama.cpp sees it: its errors are cryptic, a truncated file can crash it
+        self.drafting: str | None = None  # how the draft drafts: "token" (shared vocabulary) or "text"
         if config.draft is not None:
             check_gguf_file(config.draft)
-            require_compatible(Path(config.target), Path(config.draft))
+            self.drafting = require_draftable(Path(config.target), Path(config.draft)).drafting
         threads = config.threads or defaults.threads()
         self.threads = threads
         self.warn = warn
@@ -99,59 +102,82 @@ class Pair:
             warn(f"specrun: warning: {warning}")
         extra = extra_buffers_allowed(warn)
 
-        def options(placed: ModelPlacement) -> LoadOptions:
+        def options(placed: ModelPlacement, load_mtp: bool = False) -> LoadOptions:
             return LoadOptions(gpu_layers=placed.gpu_layers, use_extra_bufts=extra, devices=tuple(handles[n] for n in placed.offload),
-                               tensor_split=placed.tensor_split, mmap=config.mmap, mlock=config.mlock)
+                               tensor_split=placed.tensor_split, mmap=config.mmap, mlock=config.mlock, load_mtp=load_mtp)
 
         self.gpu_layers = self.placement.target.gpu_layers
         self.draft_gpu_layers = self.placement.draft.gpu_layers if self.placement.draft else 0
-        self.target_model = Model(config.target, options(self.placement.target))
-        self.target_ctx = Context(self.target_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch) if contexts else None
-        self.draft_model = self.draft_ctx = self.bridge = None
+        self.target_model = Model(config.target, options(self.placement.target, load_mtp=mtp_layers(config.target) > 0))
+        self.draft_model = self.bridge = None
         if config.draft is not None:
             self.draft_model = Model(config.draft, options(self.placement.draft))
-            self.draft_ctx = Context(self.draft_model, n_ctx=config.ctx_size, n_threads=threads, n_batch=config.n_batch) if contexts else None
-            self.bridge = VocabBridge(self.target_model, self.draft_model)
+            self.bridge = VocabBridge(self.target_model, self.draft_model) if self.drafting == "token" else None
         engine_rpc.harden_connections(workers)
-        self.speculation = Speculation(self)
+        self.chat_format = ChatFormat(self.target_model, warn)  # the draft reads the same token ids
+        self._session: Session | None = None
+
+    @property
+    def session(self) -> Session:
+        """The pair's own session of one sequence (made on first use), kept across generations."""
+        if self._session is None:
+            self._session = Session(self.models())
+        return self._session
+
+    def models(self) -> Models:
+        """What a session needs of this pair."""
+        config = self.config
+        return Models(self.target_model, self.draft_model, self.bridge, self.drafting, Path(config.target),
+                      Path(config.draft) if config.draft else None, config.ctx_size, config.n_batch, self.threads,
+                      offloaded=bool(self.gpu_layers or self.draft_gpu_layers), costs_key=self.costs_key(), warn=self.warn)
+
+    def costs_key(self) -> str:
+        """The cost cache's key for this pair: models, threads, offload, build and placement."""
+        config = self.config
+        return cost_cache.cache_key(Path(config.target), Path(config.draft) if config.draft else None, threads=self.threads,
+                                    gpu_layers=self.gpu_layers, draft_gpu_layers=self.draft_gpu_layers,
+                                    build=engine_lib.system_info() + self.placement.key())
+
+    @property
+    def n_ctx(self) -> int:
+        return self.config.ctx_size
 
     @property
     def has_draft(self) -> bool:
         return self.draft_model is not None
 
-    def prompt_tokens(self, prompt: str, *, chat: bool = True, system: str | None = None) -> list[int]:
-        """Tokenize a prompt, formatted with the target's chat template unless `chat` is False."""
+    def prompt_tokens(self, prompt: str, *, chat: bool = True, system: str | None = None, variables: Mapping | None = None) -> list[int]:
+        """Tokenize a prompt, formatted with the target's chat template unless `chat` is False;
+        `variables` reach the template (e.g. {"enable_thinking": False})."""
         if chat:
-            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-            return self.tokens_for_messages(messages)
+            return self.chat_prompt(prompt, system=system, variables=variables).tokens
         text = f"{system}\n\n{prompt}" if system else prompt
         return self.target_model.tokenize(text, add_special=True, parse_special=True)
 
-    def tokens_for_messages(self, messages: Sequence[dict], add_assistant: bool = True) -> list[int]:
+    def chat_prompt(self, prompt: str, *, system: str | None = None, variables: Mapping | None = None) -> ChatPrompt:
+        """One user message (after an optional system prompt), rendered and tokenized."""
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        return self.chat_format.prompt(messages, variables=variables)
+
+    def tokens_for_messages(self, messages: Sequence[dict], variables: Mapping | None = None) -> list[int]:
         """Token ids for a conversation, ending with the assistant's turn opened."""
-        text = self.target_model.apply_chat_template(messages, add_assistant)
-        return self.target_model.tokenize(text, add_special=True, parse_special=True)
+        return self.chat_format.prompt(messages, variables=variables).tokens
 
-    def loop(self, settings: GenerationSettings, *, mode: str | None = None, use_draft: bool = True) -> SpeculativeLoop:
-        """A generation loop over this pair's contexts.
-
-        mode: "off" (plain decoding), "draft" (the draft model), "ngram" (prompt lookup), "hybrid"
-        (lookup when it has a confident match, else the draft model) or "auto" (chosen per step from
-        measured costs and acceptance); None is the default mode. `use_draft=False` means "off".
-        """
-        mode = "off" if not use_draft else (mode or defaults.SPEC_MODE)
-        rng = make_rng(settings.seed)
-        policy = self.speculation.policy(mode, settings, rng)
-        return SpeculativeLoop(self.target_ctx, policy, settings, rng=rng, draft_ctx=self.draft_ctx)
+    def generation(self, tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None) -> Generation:
+        """A generation on the pair's own session (see Session.generation)."""
+        return self.session.generation(tokens, settings, mode=mode)
 
     def stream(self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None) -> Iterator[Step]:
-        """Generate, yielding steps; the loop's `stats` are complete when the iterator ends."""
-        return self.loop(settings, mode=mode).run(prompt_tokens)
+        """Generate, yielding steps; the generation's `stats` are complete when the iterator ends."""
+        return self.generation(prompt_tokens, settings, mode=mode).run()
 
     def close(self) -> None:
-        for obj in (self.draft_ctx, self.target_ctx, self.draft_model, self.target_model):
-            if obj is not None:
-                obj.close()
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        for model in (self.draft_model, self.target_model):
+            if model is not None:
+                model.close()
 
 
 def load_pair(target: str | Path, draft: str | Path | None = None, **options) -> Pair:

@@ -3,30 +3,36 @@ events), models, health and Prometheus metrics; errors in OpenAI's envelope.
 
 Events come from the engine thread through a sink that hops onto this event loop. A client that
 goes away (a closed stream, or a dropped connection while it waits for a whole answer) cancels
-its request, which leaves the batch at the next step.
+its request, which leaves the batch at the next step. What is checked before a body is read
+(Host, API key, size, content type, CORS) is in guards.py; the OpenAPI document, served at
+/openapi.json, gives max_tokens this server's bound (its context).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import os
+import re
 import sys
 from typing import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 
-from .schemas import ChatRequest, CompletionRequest, chat_chunk, chat_response, completion_response, error_body, new_id
+from .guards import BearerAuth, BodyLimit, JsonOnly, LoopbackHostOnly
+from .reasoning import ChatText
+from .schemas import MAX_TOKENS_FIELDS, ChatRequest, CompletionRequest, chat_chunk, chat_response, completion_response, error_body, new_id
 from .service import RequestError, Service
-from .worker import Event, Handle, QueueFull, ShuttingDown
+from .worker import EngineStopped, Event, Handle, QueueFull, ShuttingDown
 
-PROTECTED = ("/v1/", "/metrics")  # what --api-key guards; /health stays open for load balancers
 CLIENT_GONE = 499  # nginx's status for a client that closed the connection; nobody receives it
+UNION_TAG = re.compile(r"[\[\]\-,]|^(str|int|float|bool|dict|list|none)$")  # pydantic's names of a union's members in an error's loc
 
 
 class ApiError(Exception):
@@ -44,17 +50,22 @@ def _response(error: ApiError) -> JSONResponse:
     return JSONResponse(error.body, status_code=error.status, headers=error.headers)
 
 
-def create_app(service: Service) -> FastAPI:
-    """The FastAPI application serving `service`."""
-    app = FastAPI(title="specrun", docs_url=None, redoc_url=None, openapi_url=None)
+def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
+    """The FastAPI application serving `service`; `loopback`: it listens on a loopback address
+    (so only loopback Host headers are answered)."""
+    app = FastAPI(title="specrun", docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     _install_errors(app, service)
-    if service.options.api_key:
-        app.add_middleware(BearerAuth, key=service.options.api_key)
+    _install_guards(app, service, loopback)
+    app.openapi = lambda: _openapi(app, service.ctx_size)
     model = service.model_name
 
     @app.get("/health")
     async def health():
         state = service.worker.snapshot()
+        failure = service.worker.failure()
+        if failure is not None:
+            return JSONResponse({"status": "error", "reason": f"the engine stopped ({failure}); restart the server", **state},
+                                status_code=503)
         status = "shutting_down" if state["draining"] else "ok"
         return JSONResponse({"status": status, **state}, status_code=503 if state["draining"] else 200)
 
@@ -72,15 +83,24 @@ def create_app(service: Service) -> FastAPI:
         job = await _job(service, "chat", body)
         rid = new_id("chatcmpl")
         handle, events = _submit(service, job)
+        answer_text = ChatText(job)
         if body.stream:
             first = chat_chunk(rid, model, {"role": "assistant", "content": ""})
-            return _stream(handle, events, first, lambda ev: _tokens(chat_chunk(rid, model, {"content": ev.text}), ev.tokens, body),
-                           lambda ev: chat_chunk(rid, model, {}, ev.finish_reason, ev.report), body.return_tokens)
+
+            def piece(ev: Event) -> dict | None:
+                delta = answer_text.delta(ev.text, final=ev.done)
+                if not delta and not (body.return_tokens and ev.tokens):
+                    return None
+                return _tokens(chat_chunk(rid, model, delta), ev.tokens, body)
+
+            return _stream(handle, events, first, piece, lambda ev: chat_chunk(rid, model, {}, ev.finish_reason, ev.report),
+                           body.return_tokens)
         answer = await _collect(handle, events, request)
         if answer is None:
             return Response(status_code=CLIENT_GONE)
         last, text, tokens = answer
-        return _tokens(chat_response(rid, model, text, last.finish_reason, last.report), tokens, body)
+        content, reasoning = answer_text.whole(text)
+        return _tokens(chat_response(rid, model, content, last.finish_reason, last.report, reasoning), tokens, body)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
@@ -88,7 +108,9 @@ def create_app(service: Service) -> FastAPI:
         rid = new_id("cmpl")
         handle, events = _submit(service, job)
         if body.stream:
-            return _stream(handle, events, None, lambda ev: _tokens(completion_response(rid, model, ev.text, None), ev.tokens, body),
+            return _stream(handle, events, None,
+                           lambda ev: _tokens(completion_response(rid, model, ev.text, None), ev.tokens, body)
+                           if ev.text or (body.return_tokens and ev.tokens) else None,
                            lambda ev: completion_response(rid, model, "", ev.finish_reason, ev.report), body.return_tokens)
         answer = await _collect(handle, events, request)
         if answer is None:
@@ -133,11 +155,16 @@ def _submit(service: Service, job) -> tuple[Handle, asyncio.Queue]:
     except ShuttingDown:
         service.metrics.request(job.kind, "rejected")
         raise ApiError(503, "the server is shutting down", "server_error", None, "shutting_down", {"Retry-After": "5"}) from None
+    except EngineStopped as stopped:
+        service.metrics.request(job.kind, "rejected")
+        raise ApiError(503, f"the engine stopped ({stopped.reason}); restart the server", "server_error", None, "engine_stopped") from None
 
 
 def _event_error(event: Event) -> ApiError:
     if event.error == "shutting_down":
         return ApiError(503, event.message or "the server is shutting down", "server_error", None, "shutting_down", {"Retry-After": "5"})
+    if event.error == "engine_stopped":
+        return ApiError(503, event.message or "the engine stopped", "server_error", None, "engine_stopped")
     return ApiError(500, event.message or "the request failed", "server_error", None, event.error)
 
 
@@ -176,11 +203,11 @@ def _sse(payload) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-def _stream(handle: Handle, events: asyncio.Queue, first: dict | None, piece: Callable[[Event], dict],
+def _stream(handle: Handle, events: asyncio.Queue, first: dict | None, piece: Callable[[Event], dict | None],
             last: Callable[[Event], dict], with_tokens: bool = False) -> StreamingResponse:
     """Server-sent events: an opening chunk, one chunk per step with new text (or new tokens, when
-    they are asked for), a final chunk with finish_reason, usage and timings, then [DONE]. A closed
-    connection cancels the request."""
+    they are asked for; `piece` gives None when a step has nothing to send), a final chunk with
+    finish_reason, usage and timings, then [DONE]. A closed connection cancels the request."""
 
     async def body() -> AsyncIterator[str]:
         try:
@@ -191,8 +218,9 @@ def _stream(handle: Handle, events: asyncio.Queue, first: dict | None, piece: Ca
                 if event.error:
                     yield _sse(_event_error(event).body)
                     break
-                if event.text or (with_tokens and event.tokens):
-                    yield _sse(piece(event))
+                payload = piece(event) if event.text or event.done or (with_tokens and event.tokens) else None
+                if payload is not None:
+                    yield _sse(payload)
                 if event.done:
                     yield _sse(last(event))
                     break
@@ -229,34 +257,60 @@ def _install_errors(app: FastAPI, service: Service) -> None:
 
 
 def validation_error(errors: list[dict]) -> ApiError:
-    """The first validation error as OpenAI reports one: a message and the parameter at fault."""
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request", "type": ""}
-    loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+    """The validation error that matters as OpenAI reports one: a message and the parameter at
+    fault. Of a union's failed members, the one whose type matched says what is wrong."""
+    if not errors:
+        return ApiError(400, "invalid request", "invalid_request_error")
+    first = next((e for e in errors if not str(e.get("type", "")).endswith("_type")), errors[0])
     if first.get("type") == "json_invalid":
         return ApiError(400, f"the request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])})",
                         "invalid_request_error", None, "invalid_json")
-    param = ".".join(loc) or None
+    param = _param(first.get("loc", ()))
     if param is None and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
         return ApiError(400, "the request body must be a JSON object (sent with Content-Type: application/json)",
                         "invalid_request_error", None, "invalid_json")
     where = f"{param}: " if param else ""
+    if first.get("type") == "extra_forbidden":
+        return ApiError(400, f"{where}unknown parameter (this server refuses what it does not implement rather than ignore it)",
+                        "invalid_request_error", param, "unknown_parameter")
     return ApiError(400, f"{where}{first['msg']}", "invalid_request_error", param, first.get("type"))
 
 
-class BearerAuth:
-    """ASGI middleware: requests to PROTECTED paths need `Authorization: Bearer <key>`, checked
-    before the body is read (a pure ASGI wrapper, so streams and disconnects pass through untouched)."""
+def _param(loc) -> str | None:
+    """The parameter an error's loc names: the path to the field, without pydantic's union tags;
+    for a bad key of an object, the object (the key itself may be text that cannot be shown)."""
+    parts = list(loc)
+    path: list[str] = []
+    for i, part in enumerate(parts):
+        if part == "[key]" or (i + 1 < len(parts) and parts[i + 1] == "[key]"):
+            continue
+        if part != "body" and not (isinstance(part, str) and UNION_TAG.search(part)):
+            path.append(str(part))
+    return ".".join(path) or None
 
-    def __init__(self, app, key: str):
-        self.app = app
-        self.expected = f"Bearer {key}".encode()
 
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith(PROTECTED):
-            given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
-                error = ApiError(401, "invalid or missing API key (send Authorization: Bearer <key>)",
-                                 "authentication_error", None, "invalid_api_key")
-                await _response(error)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
+def _install_guards(app: FastAPI, service: Service, loopback: bool) -> None:
+    """The checks at the door (guards.py); the last added runs first: Host, CORS, key, size, type."""
+    options = service.options
+    app.add_middleware(JsonOnly)
+    app.add_middleware(BodyLimit, limit=options.max_body)
+    if options.api_key:
+        app.add_middleware(BearerAuth, key=options.api_key)
+    if options.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(options.cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"], max_age=600)
+    if loopback:
+        app.add_middleware(LoopbackHostOnly)
+
+
+def _openapi(app: FastAPI, ctx_size: int) -> dict:
+    """FastAPI's document of the endpoints, with max_tokens bounded by the context as the server bounds it."""
+    if app.openapi_schema is None:
+        schema = get_openapi(title=app.title, version="1", routes=app.routes)
+        for model in schema.get("components", {}).get("schemas", {}).values():
+            for name in MAX_TOKENS_FIELDS:
+                for branch in model.get("properties", {}).get(name, {}).get("anyOf", []):
+                    if branch.get("type") == "integer":
+                        branch["maximum"] = ctx_size
+        app.openapi_schema = schema
+    return app.openapi_schema

@@ -1,35 +1,131 @@
 """Request bodies of the OpenAI-compatible endpoints, validated strictly, and the response shapes.
 
 Strict types, as OpenAI's API has them: a temperature sent as the string "0.5" or a max_tokens of
-`true` is a 400, not silently converted. Fields this server does not implement are ignored, except
-those whose absence would change the answer's meaning (n other than 1, logprobs, echo, suffix,
-tools), which are refused by name. `top_k`, `min_p` and `return_tokens` are accepted as llama.cpp's
-server accepts them.
+`true` is a 400, not silently converted. A field this server cannot honour is refused by name
+unless its value is the neutral one (an empty `logit_bias`, zero penalties, `response_format`
+text, no tools...), because a client that asked for it would otherwise get an answer that is not
+what it asked for; a field the server does not know at all is refused too, as OpenAI's API
+refuses unknown parameters. Fields that cannot change the answer (`user`, `metadata`, `store`,
+`service_tier`, `prediction`...) are accepted. Every number is bounded and every string must be
+text UTF-8 can encode (a lone surrogate is a 400 naming its field, not a failure deep in the
+tokenizer). `top_k`, `min_p`, `return_tokens`, `cache_prompt` and `chat_template_kwargs` are
+accepted as llama.cpp's server accepts them.
+
+The JSON schema of each refused-unless-neutral field lists the values accepted, so the OpenAPI
+document (/openapi.json) says exactly what the server takes.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 MAX_STOPS = 4  # as OpenAI allows
+MAX_INT32 = 2**31 - 1  # llama.cpp's int fields (top_k); larger means nothing more
+MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")  # bounded by the context at run time (service.py)
+
+
+def _encodable(value: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise PydanticCustomError("unencodable_text", "text that UTF-8 cannot encode (a lone surrogate at character {at}); "
+                                  "send valid Unicode", {"at": error.start}) from None
+    return value
+
+
+def _encodable_json(value: Any) -> Any:
+    """Every string inside a JSON value, keys included, must be encodable."""
+    if isinstance(value, str):
+        _encodable(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _encodable_json(key)
+            _encodable_json(item)
+    elif isinstance(value, list):
+        for item in value:
+            _encodable_json(item)
+    return value
+
+
+def _integral(value: Any) -> Any:
+    """An integer written with a fraction of zero (`5.0`) is an integer, as JSON Schema has it."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def integer(**bounds: int) -> Any:
+    """An int within `bounds` (ge, le) that may be written `5.0`; the bounds come first so that
+    the JSON schema states them."""
+    return Annotated[int, Field(**bounds), BeforeValidator(_integral)]
+
+
+Text = Annotated[str, AfterValidator(_encodable)]
+Int = integer()
+JsonObject = Annotated[dict[str, Any], AfterValidator(_encodable_json)]
+
+
+def _refused(message: str, said: str) -> PydanticCustomError:
+    return PydanticCustomError("unsupported_parameter", message + ": only {said} is accepted", {"said": said})
+
+
+def _neutral(base: Any, accepted: tuple, said: str, schema: dict) -> Any:
+    """A field this server cannot honour: its value must be None or one of `accepted` (the neutral
+    ones, `said` in words); the JSON schema lists exactly those."""
+
+    def check(value):
+        if value is not None and not any(_same(value, a) for a in accepted):
+            raise _refused("not supported by this server", said)
+        return value
+
+    return Annotated[Optional[base], AfterValidator(check), WithJsonSchema({"anyOf": [schema, {"type": "null"}]})]
+
+
+def _same(value, accepted) -> bool:
+    """Equal and of the same kind (0 is not False, 1 is not True; 0.0 is 0)."""
+    if isinstance(value, float) and type(accepted) is int:
+        return value == accepted
+    return type(value) is type(accepted) and value == accepted
+
+
+def _no_bias(value):
+    if value is not None and any(bias != 0 for bias in value.values()):
+        raise _refused("not supported by this server", "{} (or biases of 0)")
+    return value
+
+
+Penalty = _neutral(float, (0,), "0 (no penalty)", {"const": 0})
+LogitBias = Annotated[Optional[dict[Text, float]], AfterValidator(_no_bias),
+                      WithJsonSchema({"anyOf": [{"type": "object", "additionalProperties": {"const": 0}}, {"type": "null"}]})]
+ResponseFormat = _neutral(JsonObject, ({"type": "text"},), '{"type": "text"}',
+                          {"type": "object", "properties": {"type": {"const": "text"}}, "required": ["type"], "additionalProperties": False})
+NoTools = _neutral(list[JsonObject], ([],), "[] (no tools)", {"type": "array", "maxItems": 0})
+NoToolChoice = _neutral(Union[Text, JsonObject], ("none", "auto"), '"none" (or "auto", with no tools)', {"enum": ["none", "auto"]})
+NoObject = _neutral(JsonObject, (), "null", {"not": {}})
+NotTrue = _neutral(bool, (False,), "false", {"const": False})
+NoLogprobs = _neutral(Int, (0,), "0 (no log probabilities)", {"const": 0})
+TextOnly = _neutral(list[Literal["text", "audio"]], ([], ["text"]), '["text"]', {"type": "array", "items": {"const": "text"}, "maxItems": 1})
+NoReasoning = _neutral(Text, (), "null (no reasoning effort can be asked of the models served here)", {"not": {}})
+MediumVerbosity = _neutral(Text, ("medium",), '"medium"', {"const": "medium"})
+NoSuffix = _neutral(Text, ("",), '"" (no suffix)', {"const": ""})
+BestOfOne = _neutral(Int, (1,), "1", {"const": 1})
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 class TextPart(Strict):
     type: Literal["text"]
-    text: str
+    text: Text
 
 
 class Message(Strict):
     role: Literal["system", "developer", "user", "assistant"]
-    content: Union[str, list[TextPart]]
+    content: Union[Text, list[TextPart]]
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
@@ -37,30 +133,38 @@ class Message(Strict):
 
 class StreamOptions(Strict):
     include_usage: bool = False
+    include_obfuscation: Optional[bool] = None  # OpenAI's padding of streamed chunks; nothing to pad here
 
 
 class Sampling(Strict):
     """The fields both endpoints share."""
 
-    model: Optional[str] = None
-    max_tokens: Optional[int] = Field(default=None, ge=1)
+    model: Optional[Text] = None
+    max_tokens: Optional[integer(ge=1)] = None
     temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)
     top_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    top_k: Optional[int] = Field(default=None, ge=0)
+    top_k: Optional[integer(ge=0, le=MAX_INT32)] = None
     min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    stop: Optional[Union[str, list[str]]] = None
-    seed: Optional[int] = None
-    n: Optional[int] = Field(default=None, ge=1, le=1)
+    stop: Optional[Union[Text, Annotated[list[Text], Field(max_length=MAX_STOPS)]]] = None
+    seed: Optional[Int] = None  # any integer, as OpenAI's API takes it (used modulo 2**64)
+    n: Optional[integer(ge=1, le=1)] = None
     stream: bool = False
     stream_options: Optional[StreamOptions] = None
     return_tokens: bool = False  # as llama.cpp's server: the answer's token ids with its text
+    cache_prompt: Optional[bool] = None  # llama.cpp's server; caches are always reused here, which changes no answer
 
-    @field_validator("stop")
-    @classmethod
-    def _few_stops(cls, value):
-        if isinstance(value, list) and len(value) > MAX_STOPS:
-            raise ValueError(f"at most {MAX_STOPS} stop sequences")
-        return value
+    # Refused unless neutral: they change the answer, and this server does not implement them.
+    logit_bias: LogitBias = None
+    presence_penalty: Penalty = None
+    frequency_penalty: Penalty = None
+
+    # Accepted: they do not change the answer.
+    user: Optional[Text] = None
+    metadata: Optional[dict[Text, Text]] = None
+    store: Optional[bool] = None
+    service_tier: Optional[Text] = None
+    prompt_cache_key: Optional[Text] = None
+    safety_identifier: Optional[Text] = None
 
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -68,39 +172,41 @@ class Sampling(Strict):
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
 
-def _unsupported(value, info):
-    """A feature this server does not implement, asked for: refused rather than ignored."""
-    if value not in (None, False, [], ""):
-        raise ValueError(f"{info.field_name} is not supported by this server")
-    return value
-
-
 class ChatRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: Optional[int] = Field(default=None, ge=1)
-    logprobs: Optional[object] = None
-    tools: Optional[object] = None
+    max_completion_tokens: Optional[integer(ge=1)] = None
+    chat_template_kwargs: Optional[JsonObject] = None  # as llama-server and vLLM: variables for the chat template
 
-    _refuse = field_validator("logprobs", "tools")(_unsupported)
+    # Refused unless neutral.
+    logprobs: NotTrue = None
+    top_logprobs: NoLogprobs = None
+    response_format: ResponseFormat = None
+    tools: NoTools = None
+    tool_choice: NoToolChoice = None
+    functions: NoTools = None
+    function_call: NoToolChoice = None
+    audio: NoObject = None
+    modalities: TextOnly = None
+    reasoning_effort: NoReasoning = None
+    verbosity: MediumVerbosity = None
+    web_search_options: NoObject = None
+
+    # Accepted: without tools they ask for nothing; a prediction only speeds an answer up, never changes it.
+    parallel_tool_calls: Optional[bool] = None
+    prediction: Optional[JsonObject] = None
 
     def answer_limit(self) -> Optional[int]:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
 class CompletionRequest(Sampling):
-    prompt: Union[str, list[str]]
-    echo: Optional[object] = None
-    logprobs: Optional[object] = None
-    suffix: Optional[object] = None
+    prompt: Union[Annotated[Text, Field(min_length=1)], Annotated[list[Annotated[Text, Field(min_length=1)]], Field(min_length=1, max_length=1)]]
 
-    _refuse = field_validator("echo", "logprobs", "suffix")(_unsupported)
-
-    @field_validator("prompt")
-    @classmethod
-    def _one_prompt(cls, value):
-        if isinstance(value, list) and len(value) != 1:
-            raise ValueError("exactly one prompt per request (n = 1)")
-        return value
+    # Refused unless neutral.
+    echo: NotTrue = None
+    logprobs: NoLogprobs = None
+    suffix: NoSuffix = None
+    best_of: BestOfOne = None
 
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
@@ -122,10 +228,11 @@ def now() -> int:
     return int(time.time())
 
 
-def chat_response(rid: str, model: str, text: str, finish_reason: str, report: dict) -> dict:
+def chat_response(rid: str, model: str, text: str, finish_reason: str, report: dict, reasoning: str | None = None) -> dict:
+    """A whole chat answer; a thinking model's reasoning apart from its content, as llama-server gives it."""
+    message = {"role": "assistant", "content": text, **({"reasoning_content": reasoning} if reasoning else {})}
     return {"id": rid, "object": "chat.completion", "created": now(), "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                         "finish_reason": finish_reason}], **report}
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}], **report}
 
 
 def chat_chunk(rid: str, model: str, delta: dict, finish_reason: str | None = None, report: dict | None = None) -> dict:

@@ -4,14 +4,15 @@ The socket is bound before uvicorn starts, so a port in use is one clear error a
 free port) is known before the first request. The first Ctrl-C or SIGTERM stops admissions, fails
 what waits and gives active requests `grace` seconds to finish; a second Ctrl-C cancels them at
 once. uvicorn's own handling would re-raise the signal after shutting down (killing the process
-on SIGTERM); here the signal is only recorded, so the command exits with its own code.
+on SIGTERM); here the signal is only recorded, so the command exits with its own code. Beyond
+`max_connections` connections at once uvicorn answers 503 and closes, which with the body limit
+and the queue bounds what a flood of clients can make the server hold.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import ipaddress
 import signal
 import socket
 import threading
@@ -21,19 +22,8 @@ import uvicorn
 
 from ..errors import SpecrunError
 from .app import create_app
+from .guards import is_loopback
 from .service import Service
-
-LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` is reachable from this machine only."""
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -99,15 +89,19 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def make_server(service: Service, grace: float) -> DrainingServer:
-    config = uvicorn.Config(create_app(service), log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=grace + 5.0)
+def make_server(service: Service, grace: float, sock: socket.socket) -> DrainingServer:
+    """uvicorn for `service` on the bound `sock`: Host checks when that is a loopback address."""
+    app = create_app(service, loopback=is_loopback(sock.getsockname()[0]))
+    # uvicorn refuses a request once the open connections (its own among them) reach the limit: + 1
+    # lets exactly `connections()` be served at once.
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=grace + 5.0,
+                            limit_concurrency=service.options.connections() + 1)
     return DrainingServer(config, service, grace)
 
 
 def serve(service: Service, sock: socket.socket, grace: float) -> int | None:
     """Serve until a signal; returns the first signal received (None if the server stopped otherwise)."""
-    server = make_server(service, grace)
+    server = make_server(service, grace, sock)
     service.start()
     try:
         server.run(sockets=[sock])
@@ -123,7 +117,7 @@ class BackgroundServer:
         self.service = service
         self.sock = bind(host, port)
         self.url = url_of(self.sock)
-        self.server = make_server(service, grace)
+        self.server = make_server(service, grace, self.sock)
         self.server.config.timeout_graceful_shutdown = 1.0
         service.start()
         self.thread = threading.Thread(target=self._run, name="specrun-http", daemon=True)

@@ -12,15 +12,17 @@ from pathlib import Path
 from typing import Callable
 
 from .. import defaults
-from ..engine.loop import GenerationSettings
+from ..engine.sequence import GenerationSettings
 from ..engine.sampling import SamplingParams
 from ..errors import SpecrunError
+from ..engine.auto.costs import DecodeCosts
+from ..engine.step import Policy
+from ..models.chat_template import RESERVED
 from ..runtime.pair import Pair
-from .batch_engine import BatchEngine, EngineConfig
-from .costs import BatchCosts
+from ..runtime.session import Session
 from .metrics import Metrics
-from .schemas import ChatRequest, CompletionRequest, Sampling
-from .sequence import Job
+from .schemas import MAX_TOKENS_FIELDS, ChatRequest, CompletionRequest, Sampling
+from .requests import Job
 from .worker import Worker
 
 
@@ -42,27 +44,48 @@ class ServeOptions:
     queue: int = defaults.SERVE_QUEUE
     schedule: str = defaults.SERVE_SCHEDULE
     api_key: str | None = None
+    max_body: int = defaults.SERVE_MAX_BODY  # bytes; larger bodies are a 413
+    max_connections: int | None = None  # connections served at once (None: parallel + queue + SERVE_SPARE_CONNECTIONS)
+    cors_origins: tuple[str, ...] = ()  # origins whose pages may call the server (none: browsers' same-origin rule holds)
     mode: str = defaults.SPEC_MODE
-    k_cap: int = defaults.AUTO_K_MAX
+    draft_max: int = defaults.AUTO_K_MAX  # the most draft tokens a step may verify per request
     base: GenerationSettings = GenerationSettings()  # filters, drafters' tuning; temperature when a request gives none
+
+    def connections(self) -> int:
+        return self.max_connections if self.max_connections is not None else self.parallel + self.queue + defaults.SERVE_SPARE_CONNECTIONS
 
 
 class Service:
     """Everything a running server holds."""
 
-    def __init__(self, pair: Pair, options: ServeOptions, *, costs: BatchCosts | None = None,
+    def __init__(self, pair: Pair, options: ServeOptions, *, costs: DecodeCosts | None = None,
                  warn: Callable[[str], None] | None = None, before_step: Callable[[], None] | None = None):
         self.pair = pair
         self.options = options
         self.model_name = Path(pair.config.target).stem
         self.ctx_size = pair.config.ctx_size
+        # No token covers more bytes than the longest piece of the vocabulary (an unknown character,
+        # at most 4 bytes, becomes one token), so a prompt of more bytes than this cannot fit.
+        self.max_prompt_bytes = self.ctx_size * max(pair.target_model.longest_piece(), 4)
         base = options.base
-        config = EngineConfig(parallel=options.parallel, ctx_size=pair.config.ctx_size, threads=pair.threads, mode=options.mode,
-                              k_cap=options.k_cap, draft_min=base.draft_min, draft_p_min=base.draft_p_min, n_batch=pair.config.n_batch)
-        self.engine = BatchEngine(pair.target_model, pair.draft_model, pair.bridge, config, costs, warn)
+        # The cache of every finished request is kept for a follow-up: as many sequences again as decode together.
+        self.session = Session(pair.models(), n_seq=2 * options.parallel, n_seq_pool=options.parallel, costs=costs)
+        if costs is None:
+            if warn is not None:
+                warn("specrun serve: measuring batch costs")
+            self.session.costs = self.session.measure()
+        self.session.check_mode(options.mode)
+        self.engine = self.session.engine
+        model = self.engine.model
+        uses_model = model is not None and options.mode in ("auto", "draft", "hybrid", defaults.TEXT)
+        k_max = options.draft_max if options.mode != "off" else 0
+        self.controller = self.session.controller(max(k_max, 1))
+        self.draft_model_enabled = uses_model and (options.mode != "auto" or not self.controller.hopeless(model.name))
+        self.engine.configure(Policy(options.mode, k_max, self.controller, (base.ngram_min, base.ngram_max),
+                                     base.draft_p_min, base.draft_min))
         self.metrics = Metrics(gauges=self._gauges)
-        self.worker = Worker(self.engine, parallel=options.parallel, queue=options.queue, schedule=options.schedule,
-                             metrics=self.metrics, before_step=before_step)
+        self.worker = Worker(self.engine, self.controller, parallel=options.parallel, queue=options.queue, schedule=options.schedule,
+                             metrics=self.metrics, before_step=before_step, warn=warn)
 
     def _gauges(self) -> dict[str, tuple[str, float]]:
         state = self.worker.snapshot()
@@ -71,28 +94,53 @@ class Service:
             "specrun_active_requests": ("Requests being decoded.", state["active"]),
             "specrun_parallel": ("Sequences decoded together at most (--parallel).", self.options.parallel),
             "specrun_kv_cells_used": ("Cells of the target's shared KV cache holding a token.", self.engine.target.used()),
-            "specrun_kv_cells": ("Cells of the target's shared KV cache.", self.engine.target.n_ctx),
+            "specrun_kv_cells": ("Cells of the target's shared KV cache.", self.engine.target.n_cells),
             "specrun_draft_model_enabled": ("1 when the draft model may draft (its measured cost can pay), else 0.",
-                                            float(self.engine.model_viable)),
+                                            float(self.draft_model_enabled)),
         }
 
     # -- requests → jobs ---------------------------------------------------------------------
 
     def chat_job(self, body: ChatRequest) -> Job:
+        self._check_limits(body)
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+        variables = body.chat_template_kwargs or {}
+        reserved = sorted(set(variables) & set(RESERVED))
+        if reserved:
+            raise RequestError(f"chat_template_kwargs may not set {reserved[0]!r} (the request itself sets it)", "chat_template_kwargs")
+        self._check_bytes(sum(len(m["content"].encode("utf-8")) for m in messages), "messages")
         try:
-            tokens = self.pair.tokens_for_messages(messages)
+            prompt = self.pair.chat_format.prompt(messages, variables=variables)
         except SpecrunError as error:
             raise RequestError(f"{error.message}; use /v1/completions with a formatted prompt", "messages") from None
-        return self._job("chat", tokens, body, "messages", body.answer_limit())
+        job = self._job("chat", prompt.tokens, body, "messages", body.answer_limit())
+        return replace(job, reasoning=prompt.tags, inside_reasoning=prompt.inside_reasoning)
 
     def completion_job(self, body: CompletionRequest) -> Job:
+        self._check_limits(body)
         text = body.text()
         if not text:
             raise RequestError("the prompt is empty", "prompt")
+        self._check_bytes(len(text.encode("utf-8")), "prompt")
         tokens = self.pair.target_model.tokenize(text, add_special=True, parse_special=True)
         limit = body.answer_limit()
         return self._job("completion", tokens, body, "prompt", limit if limit is not None else defaults.COMPLETION_MAX_TOKENS)
+
+    def _check_limits(self, body: Sampling) -> None:
+        """max_tokens (and max_completion_tokens) at most the context: an answer cannot be longer."""
+        for name in MAX_TOKENS_FIELDS:
+            value = getattr(body, name, None)
+            if value is not None and value > self.ctx_size:
+                shown = str(value) if value < 10**12 else f"a {len(str(value))}-digit number"
+                raise RequestError(f"{name} is {shown} but each request's context holds {self.ctx_size} tokens: at most "
+                                   f"{self.ctx_size} (or start the server with a larger --ctx-size)", name, "max_tokens_too_large")
+
+    def _check_bytes(self, n_bytes: int, param: str) -> None:
+        """Refuse, before tokenizing, a prompt too long in bytes to fit the context in tokens."""
+        if n_bytes > self.max_prompt_bytes:
+            raise RequestError(
+                f"the prompt is {n_bytes} bytes, more than {self.ctx_size} tokens can hold (at most {self.max_prompt_bytes} "
+                "bytes with this vocabulary; shorten it, or start the server with a larger --ctx-size)", param, "context_length_exceeded")
 
     def _job(self, kind: str, tokens: list[int], body: Sampling, param: str, max_tokens: int | None) -> Job:
         """The job for a request's tokens; `max_tokens` None: until the end of the answer or of the context."""
@@ -125,4 +173,4 @@ class Service:
         self.worker.stop(grace)
 
     def close(self) -> None:
-        self.engine.close()
+        self.session.close()

@@ -6,6 +6,11 @@ HTTP side submits a job with a `sink` (called on the engine thread with every ev
 passes it on to its event loop) and gets a Handle to cancel it by. A cancelled request leaves the
 batch at the next step. Draining stops admissions, fails what waits, and lets active requests
 finish until a grace period ends, then cancels them.
+
+Every part of a cycle (cancellation, admission, the batch step, delivery) runs under a guard: an
+exception fails the requests it concerns and frees their sequences, and the engine goes on. Should
+the thread end anyway, every request in the server fails, `failure` says why (the HTTP side answers
+503 with it) and `submit` refuses at once: nothing waits for an engine that is gone.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .batch_engine import BatchEngine, StepReport, Update
+from ..engine.auto.control import Controller
+from ..engine.sequence import SequenceState
+from ..engine.step import Engine, StepReport, Update
 from .metrics import Metrics
 from .scheduler import LengthEstimates, Scheduler, predicted_seconds
-from .sequence import Generation, Job
+from .requests import Job, finish_reason, report
 
 
 class QueueFull(Exception):
@@ -34,10 +41,25 @@ class ShuttingDown(Exception):
     """The server is stopping and takes no new requests."""
 
 
+class EngineStopped(Exception):
+    """The engine thread has ended, so no request can be answered; `reason` says why."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+RETRY_AFTER_MAX_S = 600  # a Retry-After beyond this says nothing a client can use
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
 @dataclass
 class Event:
     """A request's progress: new text and tokens; on the last event, why it ended and its report.
-    `error` ("shutting_down", "server_error") ends a request that was not answered in full."""
+    `error` ("shutting_down", "server_error", "engine_stopped") ends a request that was not answered in full."""
 
     text: str = ""
     tokens: list[int] = field(default_factory=list)
@@ -55,8 +77,9 @@ class Handle:
         self.job = job
         self.sink = sink
         self.arrived = arrived
-        self.generation: Generation | None = None
+        self.sequence: SequenceState | None = None
         self.done = False
+        self.closed = False  # its last event (the answer's end, or an error) was handed to the sink
         self._cancelled = threading.Event()
         self._notify = notify
 
@@ -72,23 +95,28 @@ class Handle:
 
 
 class Worker:
-    """Runs a BatchEngine for submitted jobs; at most `parallel` decode at once and `queue` wait."""
+    """Runs the engine for submitted jobs; at most `parallel` decode at once and `queue` wait.
+    `costs`: the controller whose cost curves predict how long a request takes."""
 
-    def __init__(self, engine: BatchEngine, *, parallel: int, queue: int, schedule: str = "srpt",
-                 metrics: Metrics | None = None, before_step: Callable[[], None] | None = None):
+    def __init__(self, engine: Engine, costs: Controller, *, parallel: int, queue: int, schedule: str = "srpt",
+                 metrics: Metrics | None = None, before_step: Callable[[], None] | None = None,
+                 warn: Callable[[str], None] | None = None):
         self.engine = engine
+        self.costs = costs
         self.parallel = parallel
         self.queue_limit = queue
         self.scheduler: Scheduler[Handle] = Scheduler(schedule)
         self.estimates = LengthEstimates()
         self.metrics = metrics or Metrics()
         self.before_step = before_step
+        self.warn = warn
         self.changed = threading.Condition()  # notified at every change of state; tests wait on it
         self._active: dict[int, Handle] = {}  # job id → handle
         self._draining = False
         self._deadline: float | None = None
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._failure: str | None = None  # why the engine thread ended, when it did
         self.served = 0
 
     # -- the submitting side -----------------------------------------------------------------
@@ -96,6 +124,9 @@ class Worker:
     def submit(self, job: Job, sink: Callable[[Event], None]) -> Handle:
         """Queue a job; raises QueueFull or ShuttingDown instead when it cannot be taken."""
         with self.changed:
+            reason = self._failure_locked()
+            if reason is not None:
+                raise EngineStopped(reason)
             if self._draining or self._stopping:
                 raise ShuttingDown()
             if len(self._active) + len(self.scheduler) >= self.parallel + self.queue_limit:
@@ -115,6 +146,19 @@ class Worker:
             return {"parallel": self.parallel, "active": len(self._active), "queued": len(self.scheduler),
                     "draining": self._draining, "served": self.served}
 
+    def failure(self) -> str | None:
+        """Why the engine thread ended, or None while it runs (or before it started, or once stopped on purpose)."""
+        with self.changed:
+            return self._failure_locked()
+
+    def _failure_locked(self) -> str | None:
+        if self._failure is not None:
+            return self._failure
+        thread = self._thread
+        if thread is not None and not thread.is_alive() and not self._stopping:
+            return "the engine thread ended"
+        return None
+
     def requests(self) -> list[Handle]:
         """Every request in the server: active, then waiting."""
         with self.changed:
@@ -126,9 +170,12 @@ class Worker:
             return self.changed.wait_for(predicate, timeout)
 
     def _retry_after(self) -> int:
-        """Seconds until the soonest active request is predicted to end, at least 1."""
-        times = [self._remaining(h) for h in self._active.values()]
-        return max(1, math.ceil(min(times))) if times else 1
+        """Seconds until the soonest active request is predicted to end, at least 1 and at most
+        RETRY_AFTER_MAX_S."""
+        soonest = min((self._remaining(h) for h in self._active.values()), default=1.0)
+        if not math.isfinite(soonest):
+            return RETRY_AFTER_MAX_S
+        return max(1, min(RETRY_AFTER_MAX_S, math.ceil(soonest)))
 
     # -- predictions -------------------------------------------------------------------------
 
@@ -136,16 +183,23 @@ class Worker:
         return self.estimates.class_of(job.kind, job.max_tokens_given)
 
     def _remaining(self, handle: Handle) -> float:
-        """Predicted seconds of service left for a request (all of it while it waits)."""
-        job, gen = handle.job, handle.generation
+        """Predicted seconds of service left for a request (all of it while it waits); infinite
+        when the numbers overflow, so a prediction never stops admission or a 503."""
+        try:
+            return self._predict(handle)
+        except (ArithmeticError, ValueError):
+            return math.inf
+
+    def _predict(self, handle: Handle) -> float:
+        job, gen = handle.job, handle.sequence
         cls = self._class(job)
         generated = len(gen.generated) if gen is not None else 0
         tokens = min(self.estimates.remaining_tokens(cls, job.max_tokens_given, generated), job.settings.max_tokens - generated)
         prompt = len(gen.pending) if gen is not None else len(job.prompt)
-        costs = self.engine.costs
+        n_batch = self.engine.n_batch
         return predicted_seconds(prompt, max(tokens, 1.0), self.estimates.tokens_per_step(cls),
-                                 prompt_token_seconds=costs.prompt_token_seconds(self.engine.n_batch),
-                                 step_seconds=costs.verify(self.parallel))
+                                 prompt_token_seconds=self.costs.verify(n_batch) / n_batch,
+                                 step_seconds=self.costs.verify(self.parallel))
 
     # -- the engine thread -------------------------------------------------------------------
 
@@ -177,23 +231,51 @@ class Worker:
             self._thread.join()
 
     def _run(self) -> None:
-        while True:
-            with self.changed:
-                self.changed.wait_for(self._has_work)
-                if self._stopping and not self._active and not len(self.scheduler):
-                    return
+        try:
+            while self._cycle():
+                pass
+        except BaseException as error:  # noqa: BLE001 - the thread ends: say why, and let no request wait for it
+            self._die(_describe(error))
+
+    def _cycle(self) -> bool:
+        """One turn of the engine: cancel, admit, step, deliver. False once stopped and empty."""
+        with self.changed:
+            self.changed.wait_for(self._has_work)
+            if self._stopping and not self._active and not len(self.scheduler):
+                return False
+        try:
             if self.before_step is not None:
                 self.before_step()
             self._cancel_requested()
             self._admit()
             if not self._active:
-                continue
+                return True
             try:
-                report = self.engine.step()
+                report = self.engine.step([h.sequence for h in self._active.values() if h.sequence is not None])
             except Exception as error:  # noqa: BLE001 - a failed step fails its requests, not the server
-                self._fail_active(f"{type(error).__name__}: {error}")
-                continue
+                self._fail_active(_describe(error))
+                return True
             self._deliver(report)
+        except Exception as error:  # noqa: BLE001 - a failure no finer guard took concerns the whole batch
+            self._fail_active(_describe(error))
+        return True
+
+    def _die(self, reason: str) -> None:
+        """The engine thread is ending: fail every request in the server; later submits are refused."""
+        with self.changed:
+            self._failure = reason
+            handles = list(self._active.values()) + self.scheduler.items()
+            self._active.clear()
+            for handle in self.scheduler.items():
+                self.scheduler.remove(handle)
+            self.changed.notify_all()
+        for handle in handles:
+            try:
+                self._fail(handle, "engine_stopped", f"the engine stopped ({reason})", outcome="failed")
+            except Exception:  # noqa: BLE001 - one request's failure must not keep the others waiting
+                pass
+        if self.warn is not None:
+            self.warn(f"specrun serve: error: the engine stopped ({reason}); every request is answered 503 until the server is restarted")
 
     def _has_work(self) -> bool:
         expired = self._deadline is not None and time.perf_counter() >= self._deadline and self._active
@@ -213,9 +295,9 @@ class Worker:
                     continue
                 self._active[handle.job.id] = handle
             try:
-                handle.generation = self.engine.admit(handle.job, handle.arrived)
-            except Exception as error:  # noqa: BLE001 - one request that cannot start fails alone
-                self._fail(handle, "server_error", f"{type(error).__name__}: {error}", outcome="failed")
+                handle.sequence = self.engine.admit(handle.job.prompt, handle.job.settings, arrived=handle.arrived)
+            except Exception as error:  # noqa: BLE001 - one request that cannot start fails alone (admit gave its sequence back)
+                self._fail(handle, "server_error", _describe(error), outcome="failed")
                 continue
             self._notify()
 
@@ -223,13 +305,16 @@ class Worker:
         """Take cancelled requests out of the batch; past the drain deadline, all of them."""
         expired = self._deadline is not None and time.perf_counter() >= self._deadline
         for handle in list(self._active.values()):
-            if handle.generation is None:
+            if handle.sequence is None:
                 continue
-            if handle.cancelled:
-                self._end(handle, self.engine.cancel(handle.generation), "cancelled")
-            elif expired:
-                self.engine.cancel(handle.generation)
-                self._fail(handle, "shutting_down", "the server is shutting down", outcome="cancelled")
+            try:
+                if handle.cancelled:
+                    self._end(handle, self.engine.cancel(handle.sequence), "cancelled")
+                elif expired:
+                    self.engine.cancel(handle.sequence)
+                    self._fail(handle, "shutting_down", "the server is shutting down", outcome="cancelled")
+            except Exception as error:  # noqa: BLE001 - a cancellation that fails ends its request alone
+                self._fail_one(handle, _describe(error))
         with self.changed:
             for handle in self.scheduler.items():
                 if handle.cancelled:
@@ -239,21 +324,27 @@ class Worker:
             self.changed.notify_all()
 
     def _deliver(self, report: StepReport) -> None:
-        self.metrics.step(report.rows, [(u.drafter, u.drafted, u.accepted) for u in report.updates])
+        try:
+            self.metrics.step(report.rows, [(u.drafter, u.drafted, u.accepted) for u in report.updates])
+        except Exception:  # noqa: BLE001 - a metric that fails concerns no request
+            pass
+        by_seq = {h.sequence.seq: h for h in self._active.values() if h.sequence is not None}
         for update in report.updates:
-            gen = update.generation
-            handle = self._active.get(gen.job.id)
-            if handle is None:
+            handle = by_seq.get(update.sequence.seq)
+            if handle is None or handle.sequence is not update.sequence:
                 continue
-            self.metrics.tokens(len(update.tokens))
-            if update.done:
-                self._end(handle, update, "completed")
-            elif update.text or update.tokens:
-                self._send(handle, Event(update.text, update.tokens))
+            try:
+                self.metrics.tokens(len(update.tokens))
+                if update.done:
+                    self._end(handle, update, "completed")
+                elif update.text or update.tokens:
+                    self._send(handle, Event(update.text, update.tokens))
+            except Exception as error:  # noqa: BLE001 - a delivery that fails ends its request alone
+                self._fail_one(handle, _describe(error))
         self._notify()
 
     def _end(self, handle: Handle, update: Update, outcome: str) -> None:
-        gen = update.generation
+        gen = update.sequence
         with self.changed:
             self._active.pop(handle.job.id, None)
             handle.done = True
@@ -269,24 +360,38 @@ class Worker:
                               ttft=(t.first_token - t.arrived) if t.first_token else None,
                               speed=gen.stats.decode_rate_at(end - (t.admitted or t.arrived)) or None,
                               completion=end - t.arrived)
-        self._send(handle, Event(update.text, update.tokens, True, gen.finish_reason, gen.report()))
+        self._send(handle, Event(update.text, update.tokens, True, finish_reason(gen), report(gen)))
 
     def _fail(self, handle: Handle, error: str, message: str, outcome: str = "rejected") -> None:
         with self.changed:
             self._active.pop(handle.job.id, None)
             handle.done = True
             self.changed.notify_all()
-        self.metrics.request(handle.job.kind, outcome)
         self._send(handle, Event(done=True, error=error, message=message))
+        try:
+            self.metrics.request(handle.job.kind, outcome)
+        except Exception:  # noqa: BLE001 - the request has its answer; a metric that fails changes nothing for it
+            pass
+
+    def _fail_one(self, handle: Handle, message: str) -> None:
+        """A request failed on its own: drop it from the batch with its caches, fail it."""
+        if handle.sequence is not None:
+            try:
+                self.engine.abort(handle.sequence)
+            except Exception:  # noqa: BLE001 - abort gives the sequence back before anything that may fail
+                pass
+        if not handle.closed:
+            self._fail(handle, "server_error", message, outcome="failed")
 
     def _fail_active(self, message: str) -> None:
         for handle in list(self._active.values()):
-            if handle.generation is not None:
-                self.engine.abort(handle.generation)
-            self._fail(handle, "server_error", message, outcome="failed")
+            self._fail_one(handle, message)
 
     @staticmethod
     def _send(handle: Handle, event: Event) -> None:
+        if handle.closed:
+            return
+        handle.closed = event.done
         try:
             handle.sink(event)
         except Exception:  # noqa: BLE001 - a sink whose client is gone must not stop the engine

@@ -1,19 +1,28 @@
-"""The `--spec auto` policy: before each step, pick the drafter and K that maximise expected tokens
-per second, plain decoding (K = 0) included, so that speculation is used only where it pays.
+"""The `--spec auto` decision, for one sequence or many: before each step, pick each sequence's
+drafter and K (plain decoding, K = 0, included) so that speculation is used only where it pays.
 
-The controller is pure bookkeeping: the loop asks `choose()`, runs the step, and reports what it
-measured with `observe_step()`. It never reads a clock or touches a model, which keeps every
-decision reproducible in tests.
+The controller is pure bookkeeping: the engine asks `plan()` with every decoding sequence's
+options, runs the step, and reports what it measured with `observe()`. It never reads a clock or
+touches a model, which keeps every decision reproducible in tests. The decision itself is
+plan.allocate; what is here is what it is fed (estimates, costs, the value of time) and the
+exploration around it (warm-up, probes, change tests, cost drift).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
 
+from ... import defaults
 from .drift import CostDrift
-from .estimates import AnchoredCurve, CostCurve, DrafterEstimates
+from .estimates import CalibratedCurve, DrafterEstimates, PositionRates
+from .plan import Allocation, Candidate, Costs, Grant, Option, allocate
+
+HOPE_MARGIN = defaults.HOPE_MARGIN
+EXPLORE_ODDS = 0.5  # the chance an untried drafter turns out as good as it could be, when weighing a try
+LEARNED_WEIGHT = 8.0  # trials an earlier run's acceptance counts for: a prior, not a verdict
+OWN_EVIDENCE = 4.0  # trials at which a sequence's own acceptance counts as much as the pooled estimate
 
 
 def expected_tokens(acceptance: Sequence[float], k: int) -> float:
@@ -28,7 +37,7 @@ def expected_tokens(acceptance: Sequence[float], k: int) -> float:
 
 @dataclass(frozen=True)
 class Choice:
-    """What to run next: a drafter (None: plain decoding) and K, the most tokens it may draft."""
+    """What one sequence runs next: a drafter (None: plain decoding) and K, the most tokens it may draft."""
 
     drafter: str | None
     k: int
@@ -39,33 +48,66 @@ class Choice:
 
 
 PLAIN = Choice(None, 0)
-HOPE_MARGIN = 1.2  # full acceptance never happens: a drafter must promise this much over plain to be tried
-EXPLORE_ODDS = 0.5  # the chance an untried drafter turns out as good as it could be, when weighing a try
-LEARNED_WEIGHT = 8.0  # trials an earlier run's acceptance counts for: a prior, not a verdict
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One decoding sequence as the controller sees it: its seq id, the most draft tokens it may
+    verify, the tokens it may still produce, its own acceptance evidence per drafter, the proposals
+    already in hand (drafter → per-token confidences), and the seconds a drafter must spend before
+    it can draft for it (a draft cache behind its history)."""
+
+    seq: int
+    k_max: int
+    remaining: int | None = None
+    own: Mapping[str, PositionRates] = field(default_factory=dict)
+    in_hand: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    catch_up_s: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one sequence's part of a step did: its choice, the draft's length and accepted prefix,
+    and the seconds its drafter spent on it."""
+
+    choice: Choice
+    drafted: int
+    accepted: int
+    draft_s: float = 0.0
+
+
+@dataclass
+class Decision:
+    """The plan of one step: a choice per sequence."""
+
+    choices: dict[int, Choice] = field(default_factory=dict)
+
+    def choice(self, seq: int) -> Choice:
+        return self.choices.get(seq, PLAIN)
 
 
 class Controller:
-    """Chooses drafter and K per step from live estimates.
+    """Chooses drafter and K per sequence and step from live estimates.
 
     Estimates: per drafter, acceptance and draft length by position (decaying per step that drafter
-    runs) and draft seconds by draft length; target verify seconds by batch size (plain decoding is
-    a batch of 1). The expected rate of (drafter, K) is expected tokens over expected seconds, the
-    seconds averaged over the draft lengths the drafter actually produces under cap K (prompt lookup
-    often drafts fewer than K tokens, or none).
+    runs, pooled over every sequence), each sequence's own acceptance beside them, seconds of a
+    drafter's pass by its rows, and target pass seconds by batch size. A sequence's option is its
+    drafter with the pooled acceptance leaned on by its own (OWN_EVIDENCE trials weigh as much as
+    the pool), or, for a drafter whose proposal is in hand (prompt lookup), that proposal's own
+    confidences; plan.allocate weighs them all at once.
 
     Exploration: one plain step and `warmup_steps` steps of each drafter at `k_start` first; later
-    each drafter that is not the best is probed with K = `probe_k` every `probe_every` steps. A probe
+    each drafter that is not used is probed with K = `probe_k` every `probe_every` steps. A probe
     that fails doubles that interval (up to `probe_every_max`); one that surprises (all accepted
     where the estimate expected otherwise) is followed by another at once, and so is an empty probe
     of a cheap drafter while plain decoding is best, since it cost a plain step. Positions deeper
     than any tried borrow the drafter's pooled rate, so K grows while acceptance holds up, and a
     sudden change of acceptance drops the drafter's history (see DrafterEstimates), so K follows
-    within a few steps.
+    within a few steps. A drafter whose ceiling (its rate at full acceptance) cannot beat plain
+    decoding by HOPE_MARGIN is neither warmed up nor probed.
 
-    Prompt lookup knows before each step whether it has a good match, which its averages hide (a
-    code block is copied, the prose around it is not). A loop that runs the lookup drafter (named
-    `lookup`) first and passes its per-token confidences to `choose` gets that drafter judged on
-    the proposal in hand, against the best other option, instead of on its averages.
+    The drafter named `lookup` proposes before every step (its proposal is in hand); it is then
+    judged on that proposal, not on its averages, and never warmed up or probed.
     """
 
     def __init__(
@@ -73,12 +115,12 @@ class Controller:
         drafter_names: Sequence[str],
         k_max: int,
         *,
-        lookup: str | None = "ngram",
-        k_start: int = 4,
+        lookup: str | None = defaults.LOOKUP,
+        k_start: int = defaults.DRAFT_MAX,
         warmup_steps: int = 3,
         probe_k: int = 2,
-        probe_every: int = 16,
-        probe_every_max: int = 512,
+        probe_every: int = defaults.PROBE_EVERY,
+        probe_every_max: int = defaults.PROBE_EVERY_MAX,
         acceptance_decay: float = 0.95,
         position_shrink: float = 4.0,
         cost_decay: float = 0.9,
@@ -97,10 +139,11 @@ class Controller:
         self.position_shrink = position_shrink
         self.cost_decay = cost_decay
         self.rate_decay = rate_decay
-        self.verify = CostCurve(decay=cost_decay)
+        self.verify = CalibratedCurve(decay=cost_decay)
+        self.passes: dict[str, CalibratedCurve] = {}  # per drafter that runs passes: seconds by rows
         self.ruled_out: set[str] = set()  # drafters the seeded costs showed cannot pay
         self.tracks: dict[str, DrafterEstimates] = {}
-        self.probe_every: dict[str, int] = {}  # per drafter: steps between probes while it is not the best
+        self.probe_every: dict[str, int] = {}  # per drafter: steps between probes while it is not used
         self.next_probe: dict[str, int] = {}
         self._profiles: dict[str, list[tuple[float, float]] | None] = {}  # until the next observation
         for name in drafter_names:
@@ -108,80 +151,88 @@ class Controller:
         self.steps = 0
         self.choices: Counter[tuple[str | None, int]] = Counter()
         self.reasons: Counter[str] = Counter()
-        self._probing: str | None = None
-        self._current: Choice | None = None
-        self._hinted = False  # the last choice was made with the lookup's proposal in hand
+        self._current: Choice | None = None  # the last choice made as the best, for the label
+        self._last: dict[int, Choice] = {}  # the last plan's choices
         self._recent_tokens = 0.0  # decayed tokens and seconds of recent steps: the achieved rate
         self._recent_seconds = 0.0
         self.drift: CostDrift | None = None  # are the seeded costs this machine's? (see drift.py)
-        self._seeded_draft: dict[str, float] = {}
-        self.remaining: int | None = None  # tokens the generation may still produce (None: unknown)
-        self.catchup_s: dict[str, float] = {}  # seconds a drafter must spend before it can draft (a cache behind)
 
-    def seed(self, verify_s: dict[int, float], draft_token_s: dict[str, float] | None = None) -> None:
-        """Start from measured costs: target pass seconds by batch size, and seconds per drafted token
-        of model drafters. Decisions can then weigh each option from the first step, and a drafter
-        that cannot win even at full acceptance is never warmed up."""
-        self.verify = AnchoredCurve(verify_s, decay=self.cost_decay) if verify_s else CostCurve(decay=self.cost_decay)
-        self._seeded_draft = dict(draft_token_s or {})
-        for name, per_token in self._seeded_draft.items():
-            self._seed_draft_cost(name, per_token)
+    def seed(self, verify_s: dict[int, float], draft_pass_s: dict[str, dict[int, float] | float] | None = None) -> None:
+        """Start from measured costs: target pass seconds by batch size, and per drafter that runs
+        passes, its pass seconds by rows (a number: seconds of a one-row pass). Decisions can then
+        weigh each option from the first step, and a drafter that cannot win even at full
+        acceptance is never warmed up."""
+        self.verify = CalibratedCurve(verify_s, decay=self.cost_decay)
+        for name, passes in (draft_pass_s or {}).items():
+            self._track(name)
+            self.passes[name] = CalibratedCurve(passes if isinstance(passes, dict) else {1: passes}, decay=self.cost_decay)
         self.drift = CostDrift(verify_s) if verify_s else None
         self._profiles.clear()
         # Judged once, from one consistent calibration: later plain steps run at longer contexts
         # than the calibration's larger batches and would make the comparison drift.
-        self.ruled_out = {name for name in self._seeded_draft if self.hopeless(name)}
-
-    def _seed_draft_cost(self, name: str, per_token: float) -> None:
-        track = self._track(name)
-        track.draft_cost = CostCurve(decay=self.cost_decay)
-        for m in (1, self.k_max):
-            track.draft_cost.add(m, m * per_token)
+        self.ruled_out = {name for name in self.passes if self.hopeless(name)}
 
     def _correct_costs(self, factor: float) -> None:
-        """The seeded costs proved off by `factor`: every seeded cost is scaled by it (draft costs
-        too, where that drafter has not been timed yet), and the steps that proved it count as
+        """The seeded costs proved off by `factor`: every seeded cost is scaled by it (a drafter's
+        passes too, where that drafter has not run yet), and the steps that proved it count as
         measurements. The hopeless verdicts are taken again from the corrected costs."""
-        verify = AnchoredCurve(self.drift.curve.points(), decay=self.cost_decay)
+        self.verify.rebase(factor)
         for size, seconds in self.drift.observations():
-            verify.add(size, seconds)
-        self.verify = verify
-        for name, per_token in self._seeded_draft.items():
-            if self.tracks[name].steps == 0:
-                self._seed_draft_cost(name, per_token * self.drift.factor)
+            self.verify.add(size, seconds)
+        for name, curve in self.passes.items():
+            if self.tracks[name].steps == 0 and curve.calibrated:
+                curve.rebase(factor)
         self._profiles.clear()
-        self.ruled_out = {name for name in self._seeded_draft if self.tracks[name].steps == 0 and self.hopeless(name)}
+        self.ruled_out = {name for name in self.passes if self.tracks[name].steps == 0 and self.hopeless(name)}
 
     def _track(self, name: str) -> DrafterEstimates:
         if name not in self.tracks:
-            self.tracks[name] = DrafterEstimates(
-                self.k_max, self.acceptance_decay, self.position_shrink, self.cost_decay
-            )
+            self.tracks[name] = DrafterEstimates(self.k_max, self.acceptance_decay, self.position_shrink, self.cost_decay)
             self.probe_every[name] = self.probe_base
             self.next_probe[name] = 0
         return self.tracks[name]
 
+    def own_rates(self) -> PositionRates:
+        """A sequence's own acceptance evidence for one drafter, kept by the sequence."""
+        return PositionRates(self.k_max, decay=self.acceptance_decay)
+
     # -- estimates ---------------------------------------------------------------------------
+
+    def costs(self) -> Costs:
+        """The cost curves as plan.allocate reads them (only drafters whose passes were timed)."""
+        return Costs(self.verify, {name: curve for name, curve in self.passes.items() if curve})
+
+    def draft_seconds(self, drafter: str, m: int) -> float:
+        """Seconds to draft m tokens for one sequence: m one-row passes, or what its drafts cost."""
+        curve = self.passes.get(drafter)
+        if curve:
+            return m * curve(1) if m > 0 else 0.0
+        track = self.tracks.get(drafter)
+        return track.draft_cost(m) if track is not None and track.draft_cost and m > 0 else 0.0
+
+    def _known(self, drafter: str) -> bool:
+        """Whether what a draft of `drafter` costs is known (timed, or calibrated)."""
+        return bool(self.passes.get(drafter)) or bool(self.tracks[drafter].draft_cost)
 
     def plain_rate(self) -> float | None:
         """Expected tokens per second of plain decoding, once a verify time is known."""
         return 1.0 / max(self.verify(1), 1e-12) if self.verify else None
 
     def profile(self, drafter: str) -> list[tuple[float, float]] | None:
-        """(expected tokens, expected seconds) of one step of `drafter` for K = 1..k_max; None until
-        its costs are known. Draft length m under cap K has P(m ≥ j) = Π_{i≤j} l_i, and the step
-        costs draft(m) + verify(m + 1)."""
+        """(expected tokens, expected seconds) of one sequence's step with `drafter` for K = 1..k_max;
+        None until its costs are known. Draft length m under cap K has P(m ≥ j) = Π_{i≤j} l_i, and
+        the step costs draft(m) + verify(m + 1)."""
         if drafter not in self._profiles:
             self._profiles[drafter] = self._profile(drafter)
         return self._profiles[drafter]
 
     def _profile(self, drafter: str) -> list[tuple[float, float]] | None:
         track = self.tracks.get(drafter)
-        if track is None or not track.draft_cost or not self.verify:
+        if track is None or not self._known(drafter) or not self.verify:
             return None
         accept = track.accept.survival()
         reach = [1.0] + track.length.survival()
-        cost = [track.draft_cost(m) + self.verify(m + 1) for m in range(self.k_max + 1)]
+        cost = [self.draft_seconds(drafter, m) + self.verify(m + 1) for m in range(self.k_max + 1)]
         out, tokens, shorter = [], 1.0, 0.0
         for k in range(1, self.k_max + 1):
             tokens += accept[k - 1]
@@ -194,71 +245,243 @@ class Controller:
         profile = self.profile(drafter)
         return None if profile is None else [tokens / seconds for tokens, seconds in profile]
 
-    def best(self, *, skip: str | None = None) -> Choice:
-        """The configuration with the highest expected rate (plain decoding wins ties)."""
-        return self._best(skip)[0]
-
-    def _best(self, skip: str | None = None) -> tuple[Choice, float]:
-        plain = self.plain_rate() or 0.0
-        best, best_rate = PLAIN, plain
-        for name in self.tracks:
-            if name == skip:
-                continue
-            for k, rate in enumerate(self.rates(name) or [], start=1):
-                if rate > best_rate and self._repays_catchup(name, rate, plain):
-                    best, best_rate = Choice(name, k), rate
-        return best, best_rate
-
-    def _repays_catchup(self, name: str, rate: float, plain: float) -> bool:
-        """A drafter whose cache must first catch up (the draft model after plain steps) is worth
-        switching to only if its gain over the tokens left pays for that."""
-        catchup = self.catchup_s.get(name, 0.0)
-        if not catchup or self.remaining is None or plain <= 0:
-            return True
-        return self.remaining * (1.0 / plain - 1.0 / rate) > catchup
+    def best_rate(self, drafter: str) -> float | None:
+        rates = self.rates(drafter)
+        return max(rates) if rates else None
 
     def achieved_rate(self) -> float | None:
         """Tokens per second over recent steps, whatever ran."""
         return self._recent_tokens / self._recent_seconds if self._recent_seconds > 0 else None
 
-    def time_value(self) -> float:
-        """Tokens a second is worth: the better of the best configuration's rate and the rate
-        achieved lately. A step is worth taking when its tokens exceed its seconds times this."""
-        skip = self.lookup if self._hinted else None
-        return max(self._best(skip)[1], self.achieved_rate() or 0.0)
+    def ceiling(self, drafter: str) -> float | None:
+        """Tokens per second of `drafter` if every token it drafted were accepted (None: costs not
+        measured yet). Below plain decoding's rate, no acceptance rate can make it pay."""
+        if drafter not in self.tracks or not self._known(drafter) or not self.verify:
+            return None
+        return max((k + 1) / max(self.draft_seconds(drafter, k) + self.verify(k + 1), 1e-12) for k in range(1, self.k_max + 1))
 
-    def trim(self, confidence: Sequence[float] | None, drafted: int) -> int:
-        """How many leading draft tokens are worth verifying, given each token's confidence (the
-        chance it is accepted if all before it were). None or too little measured: all of them.
-        The confidences must estimate acceptance, as prompt lookup's do; a draft model's top
-        probability does not under sampling, and cutting on it would cost accepted tokens.
+    def hopeless(self, drafter: str) -> bool:
+        """Measured costs say the drafter cannot beat plain decoding by HOPE_MARGIN even if every
+        token it drafted were accepted, so measuring its acceptance is wasted time (and, for a
+        draft model, each try costs a catch-up pass over the text it missed)."""
+        if drafter in self.ruled_out:
+            return True
+        ceiling, plain = self.ceiling(drafter), self.plain_rate()
+        return ceiling is not None and plain is not None and ceiling < HOPE_MARGIN * plain
 
-        The prefix kept is the one whose expected tokens most exceed its verify time at the current
-        value of time, every later token's own confidence counted: a doubtful first token followed
-        by a confident copy is worth a long batch, which judging token by token would refuse. A
-        batch costs what the cheapest batch at least as large that the draft can fill costs
-        (`batch_cost`). Only deterministic drafts (prompt lookup) are trimmed: choosing a sampled
-        draft's length from its later tokens would bias the proposal.
-        """
-        value = self.time_value()
-        if not confidence or value <= 0 or not self.verify:
-            return drafted
-        best, best_worth = 0, 1.0 - value * self.batch_cost(1, drafted)
-        tokens, survive = 1.0, 1.0
-        for m, c in enumerate(confidence[:drafted], start=1):
-            survive *= c
-            tokens += survive
-            worth = tokens - value * self.batch_cost(m + 1, drafted)
-            if worth > best_worth:
-                best, best_worth = m, worth
-        return best
+    def worth_exploring(self, drafter: str, steps: int = 1, remaining: int | None = None, catch_up_s: float = 0.0) -> bool:
+        """Whether trying `drafter` for `steps` steps can repay itself within the tokens left: a try
+        costs its step over a plain one (and any catch-up its cache needs first); it pays back only
+        if the drafter turns out good (EXPLORE_ODDS), by at most the time its ceiling saves per
+        token over the remaining tokens. Unknown costs or budget: worth it."""
+        ceiling, plain = self.ceiling(drafter), self.plain_rate()
+        if remaining is None or ceiling is None or plain is None:
+            return True
+        track = self.tracks[drafter]
+        k = self.probe_k if track.steps >= self.warmup_steps else self.k_start
+        extra = steps * (self.draft_seconds(drafter, k) + self.verify(k + 1) - self.verify(1)) + catch_up_s
+        saving = EXPLORE_ODDS * remaining * (1.0 / plain - 1.0 / ceiling)
+        return saving > extra
 
-    def batch_cost(self, size: int, drafted: int) -> float:
-        """Seconds to verify `size` tokens when `drafted` draft tokens are in hand: the cheapest
-        batch from `size` up to drafted + 1 tokens, since extra draft tokens ride along for free."""
-        return self.verify.cheapest(size, min(drafted, self.k_max) + 1)[1]
+    def catch_up_seconds(self, drafter: str, behind: int) -> float:
+        """Seconds `drafter` needs to read `behind` tokens it missed before it can draft (its
+        first pass reads at least one token, which its draft's own cost counts)."""
+        curve = self.passes.get(drafter)
+        return curve(behind) if curve and behind > 1 else 0.0
+
+    def _repays_catch_up(self, drafter: str, ask: Ask) -> bool:
+        """A drafter whose cache must first catch up (the draft model after plain steps) is worth
+        switching to only if its gain over the tokens left pays for that."""
+        catch_up = ask.catch_up_s.get(drafter, 0.0)
+        plain, rate = self.plain_rate(), self.best_rate(drafter)
+        if not catch_up or ask.remaining is None or not plain or not rate:
+            return True
+        return ask.remaining * (1.0 / plain - 1.0 / rate) > catch_up
+
+    def acceptance(self, drafter: str, own: PositionRates | None, cap: int) -> list[float]:
+        """A sequence's expected acceptance by position with `drafter`, up to `cap`: the pooled
+        estimate, leaned on by the sequence's own evidence as it gathers."""
+        pooled = self.tracks[drafter].accept.rates(cap)
+        if own is None:
+            return pooled
+        return [(own.successes[i] + OWN_EVIDENCE * pooled[i]) / (own.trials[i] + OWN_EVIDENCE) for i in range(min(cap, own.size))]
 
     # -- the per-step protocol ---------------------------------------------------------------
+
+    def time_value(self) -> float:
+        """Tokens a second is worth at least: the rate achieved lately, and plain decoding's. A draft
+        is worth verifying when its expected tokens exceed its seconds times this (or times the
+        rate of the plan being built, when that is higher)."""
+        return max(self.achieved_rate() or 0.0, self.plain_rate() or 0.0)
+
+    def _allocate(self, asks: Sequence[Ask], max_rows: int, base_rows: int = 0, grants: Sequence[Grant] = ()) -> Allocation:
+        candidates = [Candidate(ask.seq, self._options(ask), ask.k_max) for ask in asks]
+        return allocate(candidates, self.costs(), max_rows=max_rows, base_rows=base_rows, value=self.time_value(), grants=grants)
+
+    def best(self) -> Choice:
+        """What one sequence would run on the estimates alone (no proposal in hand, no exploration)."""
+        if not self.verify:
+            return PLAIN
+        alloc = self._allocate([Ask(0, self.k_max)], self.k_max + 1)
+        drafter, k = alloc.drafter(0), alloc.k(0)
+        return Choice(drafter, k) if drafter and k else PLAIN
+
+    def trim(self, confidence: Sequence[float] | None, drafted: int) -> int:
+        """How many leading tokens of a proposal in hand (each with its confidence) are worth
+        verifying now: the plan of one sequence with only that option. Without confidences, or
+        before any cost is known: all of them."""
+        if not confidence or not self.verify or not self.verify.measured(1) or self.lookup is None:
+            return drafted
+        candidates = [Candidate(0, [Option(self.lookup, list(confidence[:drafted]))], drafted)]
+        return allocate(candidates, self.costs(), max_rows=drafted + 1, value=self.time_value()).k(0)
+
+    def plan(self, asks: Sequence[Ask], *, max_rows: int, base_rows: int = 0) -> Decision:
+        """The choices of one step: warm-ups and probes where due, and plan.allocate for the rest."""
+        decision = Decision()
+        if not asks:
+            return decision
+        if not self.verify.measured(1):
+            for ask in asks:
+                decision.choices[ask.seq] = Choice(None, 0, "warmup")
+            return self._record(decision)
+        grants = self._warmups(asks)
+        alloc = self._allocate(asks, max_rows, base_rows, [g for g, _ in grants])
+        reasons = {g.seq: reason for g, reason in grants}
+        for ask in asks:
+            drafter, k = alloc.drafter(ask.seq), alloc.k(ask.seq)
+            decision.choices[ask.seq] = Choice(drafter, k, reasons.get(ask.seq, "best")) if drafter and k else PLAIN
+        self._probe(asks, decision, alloc, max_rows - base_rows)
+        return self._record(decision)
+
+    def _options(self, ask: Ask) -> list[Option]:
+        options = []
+        for name in self.tracks:
+            if name in ask.in_hand:
+                if ask.in_hand[name]:
+                    options.append(Option(name, list(ask.in_hand[name])))
+            elif self._known(name) and self._repays_catch_up(name, ask):
+                options.append(Option(name, self.acceptance(name, ask.own.get(name), min(ask.k_max, self.k_max))))
+        return options
+
+    def _warmups(self, asks: Sequence[Ask]) -> list[tuple[Grant, str]]:
+        """Drafters still being measured, each granted to one sequence that can use it."""
+        grants, taken = [], set()
+        for name, track in self.tracks.items():
+            for ask in asks:
+                if ask.seq in taken or ask.k_max <= 0:
+                    continue
+                if name in ask.in_hand:
+                    confidence = ask.in_hand[name]
+                    if confidence and len(self.verify.sizes()) < 2:
+                        # Only single-token passes measured: verify costs for a batch are a guess
+                        # that would veto every lookup draft, so take this proposal once to measure them.
+                        grants.append((Grant(ask.seq, Option(name, list(confidence)), min(len(confidence), self.k_max, ask.k_max)), "warmup"))
+                        taken.add(ask.seq)
+                        break
+                    continue
+                if (track.steps < self.warmup_steps and not self.hopeless(name)
+                        and self.worth_exploring(name, self.warmup_steps - track.steps, ask.remaining, ask.catch_up_s.get(name, 0.0))):
+                    option = Option(name, self.acceptance(name, ask.own.get(name), min(ask.k_max, self.k_max)))
+                    grants.append((Grant(ask.seq, option, min(self.k_start, ask.k_max)), "warmup"))
+                    taken.add(ask.seq)
+                break
+        return grants
+
+    def _probe(self, asks: Sequence[Ask], decision: Decision, alloc: Allocation, max_rows: int) -> None:
+        """A due probe of each drafter nobody uses, given to one sequence that is not drafting with
+        a proposal in hand; every drafter in use has its probe interval reset."""
+        used = {choice.drafter for choice in decision.choices.values() if choice.drafter}
+        for name in used:
+            self.probe_every[name] = self.probe_base
+        rows = len(asks) + sum(c.k for c in decision.choices.values())
+        for name, due in self.next_probe.items():
+            if name in used or self.steps < due or self.hopeless(name):
+                continue
+            for ask in asks:
+                current = decision.choice(ask.seq)
+                if name in ask.in_hand or (current.drafter is not None and current.drafter in ask.in_hand) or current.reason != "best":
+                    continue
+                k = min(self.probe_k, ask.k_max)
+                if k <= 0 or rows - current.k + k > max_rows or not self.worth_exploring(name, 1, ask.remaining, ask.catch_up_s.get(name, 0.0)):
+                    continue
+                decision.choices[ask.seq] = Choice(name, k, "probe")
+                rows += k - current.k
+                break
+
+    def _record(self, decision: Decision) -> Decision:
+        self._last = dict(decision.choices)
+        for choice in decision.choices.values():
+            self.choices[(choice.drafter, choice.k)] += 1
+            self.reasons[choice.reason] += 1
+            if choice.reason != "probe":
+                self._current = choice
+        return decision
+
+    def observe(self, outcomes: Sequence[Outcome], *, rows: int | None, verify_s: float, draft_s: float = 0.0,
+                passes: Mapping[str, Sequence[tuple[int, float]]] | None = None) -> None:
+        """Fold in one step: each sequence's outcome, the target pass (its rows, or None when prompt
+        rows shared it and it says nothing of decoding's cost), the seconds drafting took in all,
+        and each drafter's passes (rows, seconds)."""
+        self.steps += 1
+        self._profiles.clear()
+        if rows is not None:
+            self.verify.add(rows, verify_s)
+            if self.drift is not None:
+                factor = self.drift.observe(rows, verify_s)
+                if factor is not None:
+                    self._correct_costs(factor)
+        for name, timed in (passes or {}).items():
+            curve = self.passes.setdefault(name, CalibratedCurve(decay=self.cost_decay))
+            for n, seconds in timed:
+                curve.add(n, seconds)
+        self._recent_tokens = self.rate_decay * self._recent_tokens + sum(o.accepted + 1 for o in outcomes)
+        self._recent_seconds = self.rate_decay * self._recent_seconds + draft_s + verify_s
+        plain_is_best = self._current is None or self._current.drafter is None
+        for outcome in outcomes:
+            choice = outcome.choice
+            if choice.drafter is None or choice.k <= 0:
+                continue
+            self._observe_drafter(choice, outcome, plain_is_best, verify_s)
+
+    def _observe_drafter(self, choice: Choice, outcome: Outcome, plain_is_best: bool, verify_s: float) -> None:
+        name = choice.drafter
+        track = self._track(name)
+        probing = choice.reason == "probe"
+        drafted, accepted = outcome.drafted, outcome.accepted
+        surprise = probing and drafted > 0 and accepted == drafted and track.accept.survival(drafted)[-1] < 0.5
+        track.update(choice.k, drafted, accepted, outcome.draft_s)
+        if probing:
+            free = plain_is_best and drafted == 0 and outcome.draft_s <= 0.05 * self.verify(1)
+            if surprise or free:
+                self.next_probe[name] = self.steps
+                return
+            self.probe_every[name] = min(2 * self.probe_every[name], self.probe_every_max)
+        self.next_probe[name] = self.steps + self.probe_every[name]
+
+    # -- one sequence ------------------------------------------------------------------------
+
+    def choose(self, lookup_confidence: Sequence[float] | None = None, *, remaining: int | None = None,
+               catchup_s: dict[str, float] | None = None) -> Choice:
+        """The choice for one sequence alone (the plan of a batch of one): `lookup_confidence` are
+        the confidences of the lookup drafter's proposal in hand (drafted with K = k_max; empty
+        when it found no match), None when the lookup did not propose."""
+        in_hand = {self.lookup: list(lookup_confidence)} if lookup_confidence is not None and self.lookup in self.tracks else {}
+        ask = Ask(0, self.k_max, remaining, {}, in_hand, catchup_s or {})
+        return self.plan([ask], max_rows=self.k_max + 1).choice(0)
+
+    def observe_step(self, drafter: str | None, k: int, drafted: int, accepted: int, t_draft: float, t_verify: float,
+                     n_batch: int, reason: str | None = None) -> None:
+        """Fold in one step of one sequence: what ran (drafter None or k 0: plain), the draft's
+        length and accepted prefix, the seconds spent drafting and verifying, and the verify batch
+        size (drafted + 1). The reason defaults to the last choice's."""
+        last = self._last.get(0)
+        if reason is None:
+            reason = last.reason if last is not None and last.drafter == drafter else "best"
+        choice = Choice(drafter, k, reason) if drafter is not None and k > 0 else PLAIN
+        passes = {drafter: [(1, t_draft / drafted)] * drafted} if drafter is not None and drafted and drafter != self.lookup else None
+        self.observe([Outcome(choice, drafted, accepted, t_draft)], rows=n_batch, verify_s=t_verify, draft_s=t_draft, passes=passes)
+
+    # -- reporting ---------------------------------------------------------------------------
 
     def learned(self) -> dict:
         """Acceptance and draft length by position per drafter, to be kept between runs."""
@@ -272,145 +495,6 @@ class Controller:
                 self.tracks[name].accept.restore(state.get("accept", {}), LEARNED_WEIGHT)
                 self.tracks[name].length.restore(state.get("length", {}), LEARNED_WEIGHT)
         self._profiles.clear()
-
-    def worth_exploring(self, drafter: str, steps: int = 1) -> bool:
-        """Whether trying `drafter` for `steps` steps can repay itself within the tokens left: a try
-        costs its step over a plain one (and any catch-up its cache needs first); it pays back only
-        if the drafter turns out good (EXPLORE_ODDS), by at most the time its ceiling saves per
-        token over the remaining tokens. Unknown costs or budget: worth it."""
-        ceiling, plain = self.ceiling(drafter), self.plain_rate()
-        if self.remaining is None or ceiling is None or plain is None:
-            return True
-        track = self.tracks[drafter]
-        k = self.probe_k if track.steps >= self.warmup_steps else self.k_start
-        extra = steps * (track.draft_cost(k) + self.verify(k + 1) - self.verify(1)) + self.catchup_s.get(drafter, 0.0)
-        saving = EXPLORE_ODDS * self.remaining * (1.0 / plain - 1.0 / ceiling)
-        return saving > extra
-
-    def choose(self, lookup_confidence: Sequence[float] | None = None, *, remaining: int | None = None,
-               catchup_s: dict[str, float] | None = None) -> Choice:
-        """The configuration for the next step: measuring first, then the best, with sparse probes.
-
-        `lookup_confidence`: the confidences of the lookup drafter's proposal for this step (drafted
-        with K = k_max; empty when it found no match). When given, a lookup choice's K is the number
-        of those tokens worth verifying, and the loop verifies that prefix of the proposal in hand.
-        """
-        self._hinted = lookup_confidence is not None and self.lookup is not None
-        self.remaining = remaining
-        self.catchup_s = catchup_s or {}
-        choice = self._warmup() or (self._decide_hinted(lookup_confidence) if self._hinted else self._decide())
-        self.choices[(choice.drafter, choice.k)] += 1
-        self.reasons[choice.reason] += 1
-        self._probing = choice.drafter if choice.reason == "probe" else None
-        if choice.reason != "probe":
-            self._current = choice
-        return choice
-
-    def _warmup(self) -> Choice | None:
-        if 1 not in self.verify.count:
-            return Choice(None, 0, "warmup")
-        for name, track in self.tracks.items():
-            if (track.steps < self.warmup_steps and not (self._hinted and name == self.lookup) and not self.hopeless(name)
-                    and self.worth_exploring(name, self.warmup_steps - track.steps)):
-                return Choice(name, self.k_start, "warmup")
-        return None
-
-    def ceiling(self, drafter: str) -> float | None:
-        """Tokens per second of `drafter` if every token it drafted were accepted (None: costs not
-        measured yet). Below plain decoding's rate, no acceptance rate can make it pay."""
-        track = self.tracks.get(drafter)
-        if track is None or not track.draft_cost or not self.verify:
-            return None
-        return max((k + 1) / max(track.draft_cost(k) + self.verify(k + 1), 1e-12) for k in range(1, self.k_max + 1))
-
-    def hopeless(self, drafter: str) -> bool:
-        """Measured costs say the drafter cannot beat plain decoding by HOPE_MARGIN even if every
-        token it drafted were accepted, so measuring its acceptance is wasted time (and, for a
-        draft model, each try costs a catch-up pass over the text it missed): it is neither
-        warmed up nor probed."""
-        if drafter in self.ruled_out:
-            return True
-        ceiling, plain = self.ceiling(drafter), self.plain_rate()
-        return ceiling is not None and plain is not None and ceiling < HOPE_MARGIN * plain
-
-    def _probe_or(self, best: Choice) -> Choice:
-        """A due probe of a drafter other than the best, else the best (whose probe interval resets)."""
-        for name, due in self.next_probe.items():
-            if (name != best.drafter and self.steps >= due and not (self._hinted and name == self.lookup)
-                    and not self.hopeless(name) and self.worth_exploring(name)):
-                return Choice(name, self.probe_k, "probe")
-        if best.drafter is not None:
-            self.probe_every[best.drafter] = self.probe_base
-        return best
-
-    def _decide(self) -> Choice:
-        return self._probe_or(self.best())
-
-    def _decide_hinted(self, confidence: Sequence[float]) -> Choice:
-        """Compare, at the current value of time, the lookup's proposal in hand with the best other
-        option: each is worth its expected tokens minus its expected seconds times that value."""
-        value = self.time_value()
-        best, best_worth = PLAIN, 1.0 - value * self.verify(1)
-        plain = self.plain_rate() or 0.0
-        for name in self.tracks:
-            if name == self.lookup:
-                continue
-            for k, (tokens, seconds) in enumerate(self.profile(name) or [], start=1):
-                if tokens - value * seconds > best_worth and self._repays_catchup(name, tokens / seconds, plain):
-                    best, best_worth = Choice(name, k), tokens - value * seconds
-        if confidence and len(self.verify.count) < 2:
-            # Only single-token passes measured: verify costs for a batch are a guess that would
-            # veto every lookup draft, so take this proposal once to measure them.
-            return Choice(self.lookup, min(len(confidence), self.k_max), "warmup")
-        drafted = min(len(confidence), self.k_max)
-        keep = self.trim(confidence, drafted)
-        if keep:
-            # Fill the cheapest batch the kept tokens fit in with the draft's next tokens.
-            size, seconds = self.verify.cheapest(keep + 1, drafted + 1)
-            keep = size - 1
-            track = self._track(self.lookup)
-            draft_seconds = track.draft_cost(keep) if track.draft_cost else 0.0
-            tokens = expected_tokens(confidence, keep)
-            if tokens - value * (draft_seconds + seconds) > best_worth:
-                return Choice(self.lookup, keep)
-        return self._probe_or(best)
-
-    def observe_step(
-        self,
-        drafter: str | None,
-        k: int,
-        drafted: int,
-        accepted: int,
-        t_draft: float,
-        t_verify: float,
-        n_batch: int,
-    ) -> None:
-        """Fold in one step: what ran (drafter None or k 0: plain), the draft's length and accepted
-        prefix, the seconds spent drafting and verifying, and the verify batch size (drafted + 1)."""
-        self.steps += 1
-        self._profiles.clear()
-        self.verify.add(n_batch, t_verify)
-        if self.drift is not None and self.drift.observe(n_batch, t_verify) is not None:
-            self._correct_costs(self.drift.factor)
-        self._recent_tokens = self.rate_decay * self._recent_tokens + accepted + 1
-        self._recent_seconds = self.rate_decay * self._recent_seconds + t_draft + t_verify
-        if drafter is None or k <= 0:
-            return
-        track = self._track(drafter)
-        probing = self._probing == drafter
-        surprise = probing and drafted > 0 and accepted == drafted and track.accept.survival(drafted)[-1] < 0.5
-        track.update(k, drafted, accepted, t_draft)
-        if probing:
-            self._probing = None
-            plain_is_best = self._current is None or self._current.drafter is None
-            free = plain_is_best and drafted == 0 and t_draft <= 0.05 * self.verify(1)
-            if surprise or free:
-                self.next_probe[drafter] = self.steps
-                return
-            self.probe_every[drafter] = min(2 * self.probe_every[drafter], self.probe_every_max)
-        self.next_probe[drafter] = self.steps + self.probe_every[drafter]
-
-    # -- reporting ---------------------------------------------------------------------------
 
     def label(self) -> str:
         """A status-line label such as "auto: ngram K=6"."""
@@ -436,10 +520,7 @@ class Controller:
                 "probe_every": self.probe_every[name],
                 "changes": track.changes,
             }
-        choices = [
-            {"drafter": d, "k": k, "steps": n}
-            for (d, k), n in sorted(self.choices.items(), key=lambda item: -item[1])
-        ]
+        choices = [{"drafter": d, "k": k, "steps": n} for (d, k), n in sorted(self.choices.items(), key=lambda item: -item[1])]
         return {
             "mode": "auto",
             "current": self.label().removeprefix("auto: "),

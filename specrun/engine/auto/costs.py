@@ -1,9 +1,9 @@
 """What decoding costs on this machine: a target pass by batch size, a draft token.
 
 Speculation pays only where verifying K+1 tokens costs much less than K+1 single passes, and that
-curve is a property of the hardware and build, not of the text: on one 2-core CPU a pass over 16
-tokens cost 5× a single one, a pass over 15 more. Measuring it once lets `auto` decide from its
-first step instead of learning the curve by trial.
+curve is a property of the hardware and build, not of the text (a CPU's batched kernels work in
+tiles, so a larger pass can even cost less than a smaller one). Measuring it once lets `auto`
+decide from its first step instead of learning the curve by trial.
 
 A measurement is only worth keeping if the process had the machine to itself: timings taken while
 other processes held the CPU, or while weights were read back from disk (paged out while idle),
@@ -22,16 +22,30 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Sequence
 
-from ..llama import Context
+from ... import defaults
+import numpy as np
 
-# Batch sizes timed for auto: small drafts, and either side of the sizes where llama.cpp's batched
-# kernels change (on one CPU 16 and 32 tokens cost less than 15 and 31).
-CALIBRATION_SIZES = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32)
-CALIBRATION_REPS = 5
+from ..llama import Context, HeadSegment
+
+CALIBRATION_SIZES = defaults.CALIBRATION_SIZES
+CALIBRATION_REPS = defaults.CALIBRATION_REPS
 MIN_CPU_SHARE = 0.8  # of the CPU time the timed passes needed: less means other processes competed
 MIN_RATIO = 0.95  # a pass over n > 1 tokens may not cost less than this share of a single one
 MIN_RATIO_OFFLOADED = 0.8  # on a GPU or over a link, where small passes cost alike and timings jitter
 PREFILL_BATCH = 32  # draft tokens per timed catch-up pass
+MAX_CALIBRATED = 64  # larger batches are extrapolated
+
+
+def calibration_sizes(parallel: int = 1, limit: int | None = None) -> tuple[list[int], list[int]]:
+    """Target batch sizes and draft pass sizes to time: small drafts and the edges of CPU tiles,
+    and with several sequences decoded together, multiples of their number (up to MAX_CALIBRATED)."""
+    verify = set(CALIBRATION_SIZES)
+    draft = {1, PREFILL_BATCH}
+    if parallel > 1:
+        verify |= {48, 64, parallel, parallel + 1, 2 * parallel, 4 * parallel, 8 * parallel}
+        draft |= {2, 4, parallel, 2 * parallel}
+    top = min(MAX_CALIBRATED, limit) if limit is not None else MAX_CALIBRATED
+    return sorted(s for s in verify if 1 <= s <= top), sorted(s for s in draft if 1 <= s <= top)
 
 
 @dataclass(frozen=True)
@@ -49,16 +63,30 @@ class Conditions:
 
 @dataclass
 class DecodeCosts:
-    """Seconds of a target pass by batch size, and of one draft-model token; how they were measured."""
+    """Seconds of a target pass by batch size, and of a draft-model pass by its rows (one row: a
+    draft token; PREFILL_BATCH rows: a cache catching up); how they were measured."""
 
     verify_s: dict[int, float]
     draft_token_s: float | None = None
     conditions: Conditions | None = field(default=None, compare=False)
-    draft_prefill_token_s: float | None = None  # per token of a draft pass over PREFILL_BATCH: a cache catching up
+    draft_prefill_token_s: float | None = None  # per token of a draft pass over PREFILL_BATCH
+    draft_s: dict[int, float] | None = None  # draft pass seconds by rows, every size timed
+    mtp_s: dict[int, float] | None = None  # the target's multi-token-prediction head: pass seconds by rows
+
+    def draft_passes(self) -> dict[int, float]:
+        """Draft pass seconds by rows, from what was timed."""
+        if self.draft_s:
+            return dict(self.draft_s)
+        out = {1: self.draft_token_s} if self.draft_token_s else {}
+        if self.draft_prefill_token_s:
+            out[PREFILL_BATCH] = PREFILL_BATCH * self.draft_prefill_token_s
+        return out
 
     def to_dict(self) -> dict:
         data = {"verify_s": {str(k): v for k, v in self.verify_s.items()}, "draft_token_s": self.draft_token_s,
-                "draft_prefill_token_s": self.draft_prefill_token_s}
+                "draft_prefill_token_s": self.draft_prefill_token_s,
+                "draft_s": {str(k): v for k, v in self.draft_s.items()} if self.draft_s else None,
+                "mtp_s": {str(k): v for k, v in self.mtp_s.items()} if self.mtp_s else None}
         if self.conditions is not None:
             data["conditions"] = asdict(self.conditions)
         return data
@@ -66,8 +94,11 @@ class DecodeCosts:
     @classmethod
     def from_dict(cls, data: dict) -> "DecodeCosts":
         conditions = data.get("conditions")
+        draft, mtp = data.get("draft_s"), data.get("mtp_s")
         return cls({int(k): float(v) for k, v in data["verify_s"].items()}, data.get("draft_token_s"),
-                   Conditions(**conditions) if conditions else None, data.get("draft_prefill_token_s"))
+                   Conditions(**conditions) if conditions else None, data.get("draft_prefill_token_s"),
+                   {int(k): float(v) for k, v in draft.items()} if draft else None,
+                   {int(k): float(v) for k, v in mtp.items()} if mtp else None)
 
 
 def judge(costs: DecodeCosts, threads: int = 1) -> list[str]:
@@ -136,16 +167,17 @@ def _load_average() -> float | None:
         return None
 
 
-def time_batches(ctx: Context, tokens: Sequence[int], sizes: Sequence[int], reps: int, meter: Meter | None = None) -> dict[int, float]:
-    """Fastest seconds of ctx.decode over a batch of each size, on top of `tokens` as context.
+def time_batches(ctx: Context, tokens: Sequence[int], sizes: Sequence[int], reps: int, meter: Meter | None = None,
+                 seq: int = 0) -> dict[int, float]:
+    """Fastest seconds of a pass over a batch of each size on sequence `seq`, on top of `tokens` as context.
 
     Every size is decoded once untimed first, so each weight has been read and each kernel used.
     Sizes are interleaved within each repetition and the cache is trimmed back after every pass,
     so each one sees the same context length. The cache is left holding `tokens`.
     """
-    ctx.trim(0)
-    ctx.decode(list(tokens), "none")
-    base = len(ctx.tokens)
+    ctx.trim(seq, 0)
+    ctx.feed(seq, list(tokens), "none")
+    base = len(ctx.tokens[seq])
     filler = list(tokens) * (max(sizes) // max(len(tokens), 1) + 1)
     times: dict[int, list[float]] = {size: [] for size in sizes}
     for rep in range(reps + 1):
@@ -153,34 +185,67 @@ def time_batches(ctx: Context, tokens: Sequence[int], sizes: Sequence[int], reps
             start = time.perf_counter()
             if rep and meter is not None:
                 with meter:
-                    ctx.decode(filler[:size], "all" if size > 1 else "last")
+                    ctx.feed(seq, filler[:size], "all" if size > 1 else "last")
             else:
-                ctx.decode(filler[:size], "all" if size > 1 else "last")
+                ctx.feed(seq, filler[:size], "all" if size > 1 else "last")
             if rep:  # the first round warms up
                 times[size].append(time.perf_counter() - start)
-            ctx.trim(base)
+            ctx.trim(seq, base)
+    return {size: min(values) for size, values in times.items()}
+
+
+def time_head(head: Context, tokens: Sequence[int], sizes: Sequence[int], reps: int, meter: Meter | None = None,
+              seq: int = 0) -> dict[int, float]:
+    """Fastest seconds of a head pass over each number of rows, as `time_batches` times a model's
+    passes: a head pass costs the same whatever hidden rows it is given, so zeros stand in."""
+    zeros = np.zeros(head.model.n_embd_out, dtype=np.float32)
+
+    def feed(items: Sequence[int], last: bool) -> None:
+        head.feed_head([HeadSegment(seq, list(items), [zeros] * len(items), last)])
+
+    head.trim(seq, 0)
+    feed(tokens, False)
+    base = len(head.tokens[seq])
+    filler = list(tokens) * (max(sizes) // max(len(tokens), 1) + 1)
+    times: dict[int, list[float]] = {size: [] for size in sizes}
+    for rep in range(reps + 1):
+        for size in sizes:
+            start = time.perf_counter()
+            if rep and meter is not None:
+                with meter:
+                    feed(filler[:size], True)
+            else:
+                feed(filler[:size], True)
+            if rep:
+                times[size].append(time.perf_counter() - start)
+            head.trim(seq, base)
     return {size: min(values) for size, values in times.items()}
 
 
 def measure(target: Context, draft: Context | None, tokens: Sequence[int], sizes: Sequence[int] = CALIBRATION_SIZES,
-            reps: int = CALIBRATION_REPS, threads: int = 1, offloaded: bool = False) -> DecodeCosts:
-    """Time the target by batch size and the draft per token; both caches are emptied afterwards.
-    The result records the conditions (see `judge`). With layers `offloaded` to a GPU or an RPC
-    worker the work happens elsewhere, so this process's CPU share says nothing and is not recorded."""
+            reps: int = CALIBRATION_REPS, threads: int = 1, offloaded: bool = False, *,
+            draft_sizes: Sequence[int] = (1, PREFILL_BATCH), seq: int = 0, head: Context | None = None) -> DecodeCosts:
+    """Time the target by batch size and the draft by pass rows, on sequence `seq` of each context
+    (emptied afterwards). The result records the conditions (see `judge`). With layers `offloaded`
+    to a GPU or an RPC worker the work happens elsewhere, so this process's CPU share says nothing
+    and is not recorded."""
     sizes = [s for s in sizes if len(tokens) + s <= target.n_ctx]
     meter = Meter(threads)
     load = _load_average()
     try:
-        verify = time_batches(target, tokens, sizes, reps, meter)
+        verify = time_batches(target, tokens, sizes, reps, meter, seq)
         draft_tokens = [t for t in tokens if t < draft.model.n_vocab] if draft is not None else []
-        draft_times = time_batches(draft, draft_tokens, [1, PREFILL_BATCH], reps, meter) if draft_tokens else {}
+        fits = [s for s in draft_sizes if len(draft_tokens) + s <= (draft.n_ctx if draft is not None else 0)]
+        draft_times = time_batches(draft, draft_tokens, fits, reps, meter, seq) if draft_tokens and fits else {}
+        head_fits = [s for s in draft_sizes if len(tokens) + s <= head.n_ctx] if head is not None else []
+        head_times = time_head(head, tokens, head_fits, reps, meter, seq) if head_fits else {}
     finally:
-        target.trim(0)
-        if draft is not None:
-            draft.trim(0)
+        for ctx in (target, draft, head):
+            if ctx is not None:
+                ctx.clear(seq)
     conditions = Conditions(
         cpu_share=None if meter.cpu_share is None or offloaded else round(meter.cpu_share, 3), major_faults=meter.faults,
         load_average=load, reps=reps, measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), offloaded=offloaded,
     )
     prefill = draft_times[PREFILL_BATCH] / PREFILL_BATCH if PREFILL_BATCH in draft_times else None
-    return DecodeCosts(verify, draft_times.get(1), conditions, prefill)
+    return DecodeCosts(verify, draft_times.get(1), conditions, prefill, draft_times or None, head_times or None)

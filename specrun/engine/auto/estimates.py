@@ -10,6 +10,11 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 
+from ... import defaults
+
+LEARNED_BEYOND = defaults.COST_LEARNED_BEYOND
+SCALE_STEP = defaults.COST_SCALE_STEP
+
 
 class PositionRates:
     """P(position i succeeds | every earlier position did), for draft positions 1..size.
@@ -84,8 +89,7 @@ class CostCurve:
 
     Each measured size keeps a moving average; sizes in between are interpolated linearly and sizes
     beyond the range extrapolated along the nearest segment (never downwards). The measured points
-    win over any global fit because real curves are not lines: on one CPU a 2-token verify cost 1.49×
-    a decode and a 5-token one 2.07×, which no straight line through both and 1× reproduces.
+    win over any global fit because real curves are not lines (CPU kernels work in tiles).
     A single measured size is extrapolated in proportion to the size, the cautious guess.
     """
 
@@ -137,8 +141,8 @@ class CostCurve:
 
     def cheapest(self, size: int, limit: int) -> tuple[int, float]:
         """(size', seconds) of the cheapest size from `size` to `limit`: larger measured sizes may
-        cost less, where kernels work in tiles (on one 2-core CPU a 16-token verify cost 16% less
-        than a 15-token one), so a caller with more tokens in hand can fill the larger batch."""
+        cost less, where kernels work in tiles, so a caller with more tokens in hand can fill the
+        larger batch."""
         best = (size, self(size))
         xs = self._sizes
         for x in xs[bisect_left(xs, size + 1) :]:
@@ -152,48 +156,99 @@ class CostCurve:
         """The measured sizes and their current averages."""
         return dict(sorted(self.mean.items()))
 
+    def sizes(self) -> list[int]:
+        return list(self._sizes)
 
-class AnchoredCurve(CostCurve):
-    """A calibrated curve whose shape is kept while live steps set its level.
 
-    Live steps are mostly of one size (plain decoding's single token), so a curve that learned each
-    size apart would follow the machine at that size only: when the machine runs slower than at
-    calibration (another load, weights read back from disk, a longer context) a single token would
-    cost its new price while larger batches kept the old one, and drafting would look cheaper than
-    it is. Here every step moves one level (the recent ratio of timed to calibrated seconds, over
-    all sizes), and each size keeps its own deviation from that level, learned only from steps of
-    that size. The calibration counts as one observation of each size it measured.
+class CalibratedCurve:
+    """Seconds by size: a calibrated shape, times one level that every measured pass moves, times a
+    deviation per size learned only from passes of that size. The one cost curve of the engine:
+    target passes by batch size, draft passes by their rows.
+
+    Live passes are mostly of one size (one row per sequence decoding plain), so a curve that
+    learned each size apart would follow the machine at that size only: when the machine runs
+    slower than at calibration (another load, weights read back from disk, a longer context) that
+    size would cost its new price while larger batches kept the old one, and drafting would look
+    cheaper than it is. Here every pass moves the level (the recent ratio of timed to calibrated
+    seconds), and each size keeps only its own deviation from that level. The calibration counts
+    as one observation of each size it measured. One pass raises the level by at most SCALE_STEP
+    (a stalled pass is not the machine's speed), and passes far beyond the largest calibrated size
+    (a draft model reading a whole prompt) say more about the extrapolation than about the machine
+    and are left out. Beyond the largest size the shape grows at the rate of its upper half (a
+    tile's dip at the very end says nothing about larger batches).
+
+    Without a calibration, the passes measured make the shape.
     """
 
-    def __init__(self, shape: dict[int, float], *, decay: float = 0.9):
-        super().__init__(decay=decay)
-        self.shape = CostCurve.of(shape)
+    def __init__(self, shape: dict[int, float] | None = None, *, decay: float = 0.9):
+        self.decay = decay
+        self.calibrated = bool(shape)
+        self.shape = CostCurve.of(shape or {})
         self.level = 1.0
         self.observed = 1
-        self.deviation = {size: 1.0 for size in shape}
-        self.count = {size: 1 for size in shape}
-        self._sizes = sorted(shape)
-
-    def add(self, size: int, seconds: float) -> None:
-        base = self.shape(size) if self.shape else 0.0
-        if base <= 0 or seconds <= 0:
-            return
-        deviation = self.deviation.get(size, 1.0)
-        self.observed += 1
-        self.level += max(1.0 / self.observed, 1.0 - self.decay) * (seconds / base - self.level)
-        n = self.count.get(size, 0) + 1
-        self.count[size] = n
-        if size not in self.deviation:
-            self._sizes = sorted([*self._sizes, size])
-        self.deviation[size] = deviation + max(1.0 / n, 1.0 - self.decay) * (seconds / (base * self.level) - deviation)
+        self.deviation = {size: 1.0 for size in self.shape.points()}
+        self.count = {size: 1 for size in self.shape.points()}
+        self._sizes = sorted(self.deviation)
 
     def __bool__(self) -> bool:
         return bool(self.shape)
 
+    def measured(self, size: int) -> bool:
+        """Whether passes of this size were calibrated or timed."""
+        return size in self.count
+
+    def sizes(self) -> list[int]:
+        return list(self._sizes)
+
+    def shaped(self, size: int) -> float:
+        """The shape's seconds at `size`, extended beyond the largest measured size."""
+        sizes = self.shape.sizes()
+        top = sizes[-1]
+        if size <= top:
+            return self.shape(size)
+        mid = max(1, top // 2)
+        slope = max(0.0, (self.shape(top) - self.shape(mid)) / (top - mid)) if top > mid else self.shape(top) / top
+        return self.shape(top) + slope * (size - top)
+
     def __call__(self, size: int) -> float:
-        return self.shape(size) * self.level * self.deviation.get(size, 1.0)
+        return self.shaped(size) * self.level * self.deviation.get(size, 1.0)
+
+    def add(self, size: int, seconds: float) -> None:
+        """Fold in one measured pass."""
+        if seconds <= 0:
+            return
+        if not self.calibrated:
+            self.shape.add(size, seconds)
+            self._count(size)
+            return
+        if size > LEARNED_BEYOND * self.shape.sizes()[-1]:
+            return
+        ratio = min(seconds / max(self.shaped(size), 1e-12), self.level * SCALE_STEP)
+        self.observed += 1
+        self.level += max(1.0 / self.observed, 1.0 - self.decay) * (ratio - self.level)
+        n = self._count(size)
+        deviation = self.deviation[size]
+        self.deviation[size] = deviation + max(1.0 / n, 1.0 - self.decay) * (ratio / self.level - deviation)
+
+    def rebase(self, factor: float) -> None:
+        """The calibration proved off by `factor` (see drift.py): its shape is scaled by it and
+        every size starts again from the scaled shape."""
+        self.shape = CostCurve.of({size: seconds * factor for size, seconds in self.shape.points().items()})
+        self.level = 1.0
+        self.observed = 1
+        self.deviation = dict.fromkeys(self.deviation, 1.0)
+        self.count = dict.fromkeys(self.count, 1)
+
+    def _count(self, size: int) -> int:
+        if size not in self.count:
+            self._sizes = sorted([*self._sizes, size])
+            self.deviation[size] = 1.0
+            self.count[size] = 0
+        self.count[size] += 1
+        return self.count[size]
 
     def cheapest(self, size: int, limit: int) -> tuple[int, float]:
+        """(size', seconds) of the cheapest measured size from `size` to `limit` (see CostCurve.cheapest)."""
         best = (size, self(size))
         for x in self._sizes[bisect_left(self._sizes, size + 1) :]:
             if x > limit:
@@ -203,6 +258,7 @@ class AnchoredCurve(CostCurve):
         return best
 
     def points(self) -> dict[int, float]:
+        """The measured sizes at the current level."""
         return {size: self(size) for size in self._sizes}
 
 

@@ -1,14 +1,20 @@
-"""The draft-model drafter: a small model with the target's vocabulary drafts token by token."""
+"""The draft model: a small model with the target's vocabulary drafts token by token, for every
+sequence that asks at once.
+
+Every asking sequence's catch-up (the tokens its draft cache missed) goes into one batch, then each
+further depth feeds one token per sequence still drafting, so drafting k tokens for m sequences
+costs k draft passes of at most m rows, and one sequence alone pays what a loop of its own would.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import numpy as np
 
-from ..llama import Context, Model
-from ..sampling import SamplingParams, sample
-from .protocol import Draft
+from ..llama import Context, Model, Segment
+from .protocol import Draft, DraftPass, DraftRequest, Proposals
 
 
 def top_probability(logits: np.ndarray) -> float:
@@ -17,16 +23,37 @@ def top_probability(logits: np.ndarray) -> float:
     return float(1.0 / np.exp(shifted).sum())
 
 
+def choose(request: DraftRequest, logits: np.ndarray, draft: Draft, depth: int, p_min: float, min_draft: int) -> int | None:
+    """The token at `depth` of one sequence's draft, appended to it with its confidence (and its
+    distribution q when sampling, so verification stays exact); None when the draft stops here:
+    its confidence fell below `p_min` after `min_draft` tokens."""
+    q = None
+    if request.sampling.greedy:
+        token = int(np.argmax(logits))
+        confidence = top_probability(logits) if p_min > 0 else 1.0
+    else:
+        q = request.sampling.dist(logits)
+        token = q.sample(request.rng)
+        confidence = q.top()
+    if depth > min_draft and confidence < p_min:
+        return None
+    draft.tokens.append(token)
+    draft.confidence.append(confidence)
+    if q is not None:
+        draft.q.append(q)
+    return token
+
+
 class VocabBridge:
     """Token ids between a target and a draft whose vocabularies differ in size.
 
     Compatible models share every id below the smaller size (llama.cpp allows up to 128 ids of
     difference, usually padding). The draft must never propose an id the target lacks, so its
-    logits are cut to the target's size before anything is chosen from them, and its proposal
-    distribution q is laid out on the target's vocabulary. The draft model must never be fed an
-    id it lacks, so such ids in the history are replaced, one for one, by the draft's first token
-    for the same text: the draft then reads nearly the same context, and since verification
-    decides alone what is kept, the output stays exactly the target's.
+    logits are cut to the target's size before anything is chosen from them (its proposal
+    distribution then lies on ids the target has). The draft model must never be fed an id it
+    lacks, so such ids in the history are replaced, one for one, by the draft's first token for
+    the same text: the draft then reads nearly the same context, and since verification decides
+    alone what is kept, the output stays exactly the target's.
     """
 
     def __init__(self, target: Model, draft: Model):
@@ -44,14 +71,6 @@ class VocabBridge:
         """The draft's logits restricted to ids the target has."""
         return logits[: self.target_size] if self.draft_size > self.target_size else logits
 
-    def to_target(self, q: np.ndarray) -> np.ndarray:
-        """A proposal distribution over the target's vocabulary (ids the draft lacks get 0)."""
-        if len(q) >= self.target_size:
-            return q[: self.target_size]
-        out = np.zeros(self.target_size, dtype=q.dtype)
-        out[: len(q)] = q
-        return out
-
     def feedable(self, tokens: Sequence[int]) -> list[int]:
         """`tokens` with every id the draft lacks replaced (a copy; unchanged when none is)."""
         if self.target_size <= self.draft_size:
@@ -68,94 +87,82 @@ class VocabBridge:
 
 
 class ModelDrafter:
-    """A small model with the target's vocabulary, drafting token by token in its own KV cache.
+    """Drafts with a small model on its own context, whose sequence ids are the target's.
 
-    Drafting stops early when the draft's top probability falls below `p_min` (after `min_draft`
-    tokens): an unsure draft is likely rejected and costs a draft decode per token. With a
+    A sequence's draft stops early when the draft's top probability falls below `p_min` (after
+    `min_draft` tokens): an unsure draft is likely rejected and costs a draft pass per token. With a
     `bridge`, vocabularies of different sizes are reconciled (see VocabBridge).
     """
 
     name = "draft"
+    ahead = False
 
-    def __init__(
-        self,
-        ctx: Context,
-        sampling: SamplingParams,
-        rng: np.random.Generator,
-        *,
-        p_min: float = 0.0,
-        min_draft: int = 0,
-        bridge: VocabBridge | None = None,
-    ):
+    def __init__(self, ctx: Context, *, p_min: float = 0.0, min_draft: int = 0, bridge: VocabBridge | None = None):
         self.ctx = ctx
-        self.sampling = sampling
-        self.rng = rng
         self.p_min = p_min
         self.min_draft = min_draft
         self.bridge = bridge if bridge is not None and not bridge.identity else None
 
-    def _feedable(self, tokens: Sequence[int]) -> Sequence[int]:
-        return tokens if self.bridge is None else self.bridge.feedable(tokens)
+    def _feedable(self, tokens: Sequence[int]) -> list[int]:
+        return list(tokens) if self.bridge is None else self.bridge.feedable(tokens)
 
-    def sync(self, history: Sequence[int]) -> np.ndarray:
-        """Bring the cache in line with history (reusing the common prefix) and return next-token logits."""
-        history = self._feedable(history)
-        keep = self.ctx.common_prefix(history)
-        if keep == len(history):
-            keep -= 1  # the last position must be decoded again for its logits
-        self.ctx.trim(keep)
-        return self.ctx.decode(list(history[keep:]), "last")
+    def lag(self, seq: int, history: Sequence[int]) -> int:
+        return len(history) - self.ctx.common_prefix(seq, self._feedable(history))
 
-    def catch_up(self, history: Sequence[int]) -> None:
-        """Feed all of `history` but its last token, which the next proposal decodes for its logits."""
-        history = self._feedable(history)
-        keep = self.ctx.common_prefix(history)
-        self.ctx.trim(keep)
-        if keep < len(history) - 1:
-            self.ctx.decode(list(history[keep:-1]), "none")
+    def read(self, items: Sequence[tuple[int, Sequence[int]]]) -> Proposals:
+        segments = []
+        for seq, history in items:
+            fed = self._feedable(history)
+            keep = self.ctx.common_prefix(seq, fed)
+            self.ctx.trim(seq, keep)
+            if keep < len(fed):
+                segments.append(Segment(seq, fed[keep:], "none"))
+        out = Proposals()
+        if segments:
+            out.passes.append(self._pass(segments)[1])
+        return out
 
-    def behind(self, history: Sequence[int]) -> int:
-        """Tokens of `history` the cache lacks: what the next proposal must feed before drafting."""
-        return len(history) - self.ctx.common_prefix(self._feedable(history))
+    def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
+        out = Proposals()
+        live = [r for r in requests if r.k > 0]
+        segments = []
+        for request in live:
+            fed = self._feedable(request.history)
+            keep = min(self.ctx.common_prefix(request.seq, fed), len(fed) - 1)  # the last one is decoded again for its logits
+            self.ctx.trim(request.seq, keep)
+            segments.append(Segment(request.seq, fed[keep:], "last"))
+            out.drafts[request.seq] = Draft(q=None if request.sampling.greedy else [], confidence=[])
+        depth = 0
+        while live:
+            logits, drafted = self._pass(segments)
+            out.passes.append(drafted)
+            depth += 1
+            if depth == 1:  # a recurrent draft cache cannot take its draft back: keep the history to return to
+                for request in live:
+                    self.ctx.checkpoint(request.seq)
+            still, segments = [], []
+            for request, row in zip(live, logits):
+                token = self._choose(request, row, out.drafts[request.seq], depth)
+                if token is not None and depth < request.k:
+                    still.append(request)
+                    segments.append(Segment(request.seq, [token], "last"))
+            live = still
+        return out
 
-    def prefill(self, prompt: Sequence[int]) -> None:
-        """Feed the prompt alongside the target's prefill, so the first draft only adds one token."""
-        prompt = self._feedable(prompt)
-        keep = self.ctx.common_prefix(prompt)
-        self.ctx.trim(keep)
-        if keep < len(prompt):
-            self.ctx.decode(list(prompt[keep:]), "none")
+    def _choose(self, request: DraftRequest, logits: np.ndarray, draft: Draft, depth: int) -> int | None:
+        """Pick the token at `depth` for one sequence and append it to its draft; None when the draft stops here."""
+        if self.bridge is not None:
+            logits = self.bridge.proposal_logits(logits)
+        return choose(request, logits, draft, depth, self.p_min, self.min_draft)
 
-    def propose(self, history: Sequence[int], k: int) -> Draft:
-        draft = Draft(probs=None if self.sampling.greedy else [], confidence=[])
-        if k <= 0:
-            return draft
-        bridge = self.bridge
-        logits = self.sync(history)
-        for i in range(k):
-            if bridge is not None:
-                logits = bridge.proposal_logits(logits)
-            if self.sampling.greedy:
-                token = int(np.argmax(logits))
-                confidence = top_probability(logits) if self.p_min > 0 else 1.0
-            else:
-                q = self.sampling.probs(logits)
-                token = sample(q, self.rng)
-                confidence = float(q.max())
-                draft.probs.append(q if bridge is None else bridge.to_target(q))
-            if i >= self.min_draft and confidence < self.p_min:
-                if draft.probs:
-                    draft.probs.pop()
-                break
-            draft.tokens.append(token)
-            draft.confidence.append(confidence)
-            if i + 1 < k:
-                logits = self.ctx.decode([token], "last")
-        return draft
+    def _pass(self, segments: Sequence[Segment]) -> tuple[list[np.ndarray | None], DraftPass]:
+        """One draft pass; its rows are read before the next one, so they need no copy when they fit one batch."""
+        start = time.perf_counter()
+        logits = self.ctx.decode(segments, copy=sum(len(s.tokens) for s in segments) > self.ctx.n_batch)
+        return logits, DraftPass(sum(len(s.tokens) for s in segments), time.perf_counter() - start)
 
-    def feedback(self, drafted: int, accepted: int) -> None:
-        """The cache is re-synced from the history at the next proposal; nothing to do here."""
+    def learn(self, seq: int, drafted: int, accepted: int) -> None:
+        """The cache is brought in line with the history at the next proposal; nothing to do here."""
 
-    @property
-    def source(self) -> "ModelDrafter":
-        return self
+    def forget(self, seq: int) -> None:
+        self.ctx.clear(seq)

@@ -14,15 +14,15 @@ from .ngram_index import NgramIndex
 from .protocol import Draft
 
 
-class PromptLookupDrafter:
-    """Proposes the continuation of the copy the answer is making of earlier text, else of the
+class PromptLookup:
+    """One history's prompt lookup. Proposes the continuation of the copy the answer is making of earlier text, else of the
     longest, then most recent, n-gram match of the history's end.
 
     The copy is followed through edits by a `CopyCursor` (off with `follow_copies=False`): it knows
     where in the prompt the answer is, resumes there after a changed token, and repeats the changes
     it has seen. A copy found again after a change (an edit of the source) may draft up to
-    `max_draft` tokens. A match of n tokens, or a copy found by chance that has run n tokens, may
-    draft up to `draft_length(n)` = 2^(n-1) tokens (capped by `max_draft` and k): one matching token
+    `k_max` tokens. A match of n tokens, or a copy found by chance that has run n tokens, may
+    draft up to `draft_length(n)` = 2^(n-1) tokens (capped by `k_max` and k): one matching token
     is weak evidence, a long match usually means the text is being copied. Matches up to 8 tokens
     are looked for because code repeats short runs (indentation, `self.`, closing brackets) in many
     places, and only a longer match finds the place actually being copied. Copying runs on through
@@ -43,7 +43,7 @@ class PromptLookupDrafter:
         self,
         ngram_min: int = 1,
         ngram_max: int = 8,
-        max_draft: int = 16,
+        k_max: int = 16,
         *,
         decay: float = 0.95,
         prior_weight: float = 4.0,
@@ -51,7 +51,7 @@ class PromptLookupDrafter:
     ):
         self.index = NgramIndex(ngram_min, ngram_max)
         self.cursor = CopyCursor(self.index) if follow_copies else None
-        self.max_draft = max_draft
+        self.k_max = k_max
         self.decay = decay
         self.prior_weight = prior_weight
         # Per kind of evidence: the first drafted token, and the tokens after an accepted one, apart:
@@ -65,7 +65,7 @@ class PromptLookupDrafter:
 
     def draft_length(self, n: int) -> int:
         """Most tokens a match of length n may draft."""
-        return min(self.max_draft, 2 ** (n - 1))
+        return min(self.k_max, 2 ** (n - 1))
 
     def confidence(self, n: int, position: int = 2, kind: str = "match") -> float:
         """Estimated acceptance of the drafted token at `position`, given that the tokens before it
@@ -82,9 +82,7 @@ class PromptLookupDrafter:
         """The prior of `key`, lowered by how far its kind's outcomes fell short of their priors:
         evidence is spread over many match lengths, and an answer whose matches keep failing at
         some lengths is no different at the next one. Never raised: a length's own outcomes raise
-        its estimate soon enough, while trust lent from other lengths buys long drafts that fail
-        (measured: copies that held raised every unseen length and auto drafted a third more
-        tokens on code edits, for fewer accepted)."""
+        its estimate soon enough, while trust lent from other lengths buys long drafts that fail."""
         prior = _prior(key[0], key[1], first=first)
         accepted, expected = self._calibration.get(("first" if first else "rest", key[0]), (0.0, 0.0))
         return prior * min(1.0, (accepted + CALIBRATION_WEIGHT) / (expected + CALIBRATION_WEIGHT))
@@ -129,7 +127,7 @@ class PromptLookupDrafter:
         if cursor is None:
             return None
         if cursor.synced and (cursor.found_near or cursor.run >= EDIT_SHARE_RUN) and cursor.copy_share >= EDIT_SHARE:
-            evidence, limit = ("edit", _run_bucket(cursor.run)), self.max_draft
+            evidence, limit = ("edit", _run_bucket(cursor.run)), self.k_max
         elif cursor.synced:
             n = min(cursor.run, self.index.n_max)
             evidence, limit = (self._match_kind(), n), self.draft_length(n)
@@ -158,9 +156,6 @@ class PromptLookupDrafter:
         copying = self.cursor is not None and self.cursor.copy_share >= EDIT_SHARE
         return "match+" if copying else "match"
 
-    def prefill(self, prompt: Sequence[int]) -> None:
-        """Nothing to read ahead: the history is indexed as proposals are asked for."""
-
     def state(self) -> dict:
         """What it has learned of its evidence's acceptance, to be kept between runs."""
         state = {name: [[kind, n, round(s, 4), round(t, 4)] for (kind, n), (s, t) in table.items()]
@@ -186,10 +181,6 @@ class PromptLookupDrafter:
             if accepted >= 0 and expected > 0:
                 scale = min(1.0, cap / expected)
                 self._calibration[(table_name, kind)] = [accepted * scale, expected * scale]
-
-    @property
-    def source(self) -> "PromptLookupDrafter":
-        return self
 
     def feedback(self, drafted: int, accepted: int) -> None:
         """Learn from the verified outcome of the last proposal."""

@@ -1,8 +1,14 @@
-"""What every drafter offers the loop: a proposal for a history, and what to learn from its fate.
+"""What every drafter offers the engine: proposals for the sequences that ask, and what to learn
+from their fate.
 
-A drafter is a function of the token history: it gets the whole history each step and keeps its own
-state (the draft model reuses the longest cached prefix), so the loop never has to tell it what was
-rejected.
+One step asks each drafter once, for every sequence it drafts for, so a drafter that runs a model
+batches all of them into one pass per depth. A drafter keeps its own per-sequence state (a draft
+model's cache, a lookup's index), keyed by the sequence id the engine's contexts use; the engine
+tells it when a sequence is gone.
+
+Terms: K, the most draft tokens a step may verify for a sequence, is `k` here and `draft_max` in
+settings and options. A proposal's `q` is the distribution each token was drawn from; None marks a
+deterministic proposal, verified by the point-mass rule (see verify.py).
 """
 
 from __future__ import annotations
@@ -12,32 +18,75 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from ..sampling import Dist, SamplingParams
+
 
 @dataclass
 class Draft:
-    """A proposal: tokens, and the q rows they were sampled from (None: a deterministic proposal)."""
+    """A proposal: tokens, the distributions they were sampled from (None: deterministic), and each
+    token's estimated chance of acceptance given that those before it were accepted."""
 
     tokens: list[int] = field(default_factory=list)
-    probs: list[np.ndarray] | None = None
+    q: list[Dist] | None = None
     confidence: list[float] | None = None
+
+    def cut(self, k: int) -> "Draft":
+        """The first k tokens of this proposal (a deterministic one may be cut anywhere)."""
+        return Draft(self.tokens[:k], None if self.q is None else self.q[:k], None if self.confidence is None else self.confidence[:k])
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """What one sequence asks of a drafter this step: up to k tokens to follow its history."""
+
+    seq: int
+    history: Sequence[int]
+    k: int
+    sampling: SamplingParams
+    rng: np.random.Generator
+
+
+@dataclass(frozen=True)
+class DraftPass:
+    """One pass a drafter ran: its rows and seconds (for its cost curve)."""
+
+    rows: int
+    seconds: float
+
+
+@dataclass
+class Proposals:
+    """A drafter's answer to one step's requests: a draft per sequence, and the passes it ran."""
+
+    drafts: dict[int, Draft] = field(default_factory=dict)
+    passes: list[DraftPass] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(p.seconds for p in self.passes)
 
 
 class Drafter(Protocol):
-    """Anything that proposes up to k tokens for a history and learns how many were accepted."""
+    """Anything that drafts for sequences of the engine.
+
+    `ahead`: its proposals cost next to nothing and know how likely each token is (prompt lookup),
+    so they are made for every sequence before the step is planned and judged as they stand; other
+    drafters are asked only for the sequences the plan gives them, and judged by their estimates."""
 
     name: str
+    ahead: bool
 
-    def propose(self, history: Sequence[int], k: int) -> Draft:
-        """Up to k tokens to follow `history` (fewer, or none, when it has nothing worth verifying)."""
+    def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
+        """Up to `k` tokens for each request (fewer, or none, when it has nothing worth verifying)."""
 
-    def feedback(self, drafted: int, accepted: int) -> None:
-        """How many of the last proposal's tokens the target accepted."""
+    def lag(self, seq: int, history: Sequence[int]) -> int:
+        """Tokens of `history` it must read before it can draft (0 for a drafter without a cache)."""
 
-    def prefill(self, prompt: Sequence[int]) -> None:
-        """Read the prompt ahead of the first proposal (a drafter without a cache does nothing)."""
+    def read(self, items: Sequence[tuple[int, Sequence[int]]]) -> Proposals:
+        """Read (sequence, prompt) pairs ahead of the first proposal; drafts nothing."""
 
-    @property
-    def source(self) -> Drafter:
-        """The drafter behind the last proposal: itself, or the part of a combination that drafted."""
+    def learn(self, seq: int, drafted: int, accepted: int) -> None:
+        """How many of the sequence's last proposal's tokens the target accepted."""
 
-
+    def forget(self, seq: int) -> None:
+        """The sequence is gone (finished, cancelled, or its cache was dropped)."""

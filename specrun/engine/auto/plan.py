@@ -1,0 +1,222 @@
+"""Who drafts, and how much, in one step of one or many sequences: draft tokens go where they buy
+the most accepted tokens per second of batch time.
+
+A step's target pass verifies every sequence's `[last] + draft`. Every draft token lengthens that
+one pass, so the question each step is whether a token's expected acceptance is worth what its
+share of the pass costs. The allocation starts from plain decoding (one row per sequence) and adds
+drafts one chunk at a time, each time the chunk with the largest expected gain net of its cost at
+the value of time: a chunk pays when its expected accepted tokens exceed what its extra seconds
+would have produced at that value. Chunks of several tokens are weighed whole, because a batch
+cost can grow in steps (a CPU tile, a draft model's per-pass cost) that one token alone never pays
+for, and so are chunks for several sequences at once, because one draft-model pass serves every
+sequence drafting at its depth. When batch cost grows in proportion to its size, no draft pays.
+
+The value of time is the best of the rate achieved lately and the rate of the plan being built.
+With one sequence this is the single request's choice: the option (plain, a cut of the lookup's
+proposal in hand, the draft model at some K) whose expected tokens most exceed its seconds at that
+value.
+
+Pure functions of estimates and cost curves: no clock, no model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+from ... import defaults
+
+Curve = Callable[[int], float]
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way a sequence could draft this step: a drafter and the conditional acceptance of each
+    position it can fill (position j is accepted with this chance if all before it were)."""
+
+    drafter: str
+    acceptance: Sequence[float]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A sequence about to decode: its options, and the most draft tokens it may verify."""
+
+    seq: int
+    options: Sequence[Option]
+    k_max: int
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Seconds of a target pass over n tokens, and of each pass-running drafter's pass over n rows
+    (a drafter absent here, prompt lookup, drafts for free)."""
+
+    verify: Curve
+    draft: dict[str, Curve] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """A draft the plan settled before weighing: a probe or warm-up of `option`, `k` tokens."""
+
+    seq: int
+    option: Option
+    k: int
+
+
+@dataclass
+class Allocation:
+    """The plan: per sequence, the drafter and how many tokens (absent: plain), with the expected
+    tokens and seconds of the decoding part of the step."""
+
+    drafts: dict[int, tuple[str, int]] = field(default_factory=dict)
+    tokens: float = 0.0
+    seconds: float = 0.0
+
+    def k(self, seq: int) -> int:
+        return self.drafts.get(seq, ("", 0))[1]
+
+    def drafter(self, seq: int) -> str | None:
+        return self.drafts[seq][0] if seq in self.drafts else None
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+class _Plan:
+    """The running totals the allocation updates as it adds chunks."""
+
+    def __init__(self, candidates: Sequence[Candidate], costs: Costs, base_rows: int):
+        self.costs = costs
+        self.rows = base_rows + len(candidates)
+        self.alloc = Allocation(tokens=float(len(candidates)))
+        self.alloc.seconds = self._verify(self.rows) - self._verify(base_rows)
+        self.depth_rows: dict[tuple[str, int], int] = {}  # rows of each drafter's pass at each depth
+        self._sums: dict[int, list[float]] = {}  # per option: expected tokens of its first j positions
+
+    def _verify(self, n: int) -> float:
+        return self.costs.verify(n) if n > 0 else 0.0
+
+    def gain(self, option: Option, k0: int, j: int) -> float:
+        """Expected accepted tokens that positions k0+1..k0+j of `option` add: the chances that
+        each of them is reached and accepted, P(1..i all accepted), summed."""
+        sums = self._sums.get(id(option))
+        if sums is None:
+            sums, survive = [0.0], 1.0
+            for rate in option.acceptance:
+                survive *= rate
+                sums.append(sums[-1] + survive)
+            self._sums[id(option)] = sums
+        return sums[min(k0 + j, len(sums) - 1)] - sums[k0]
+
+    def cost(self, drafter: str, count: int, k0: int, j: int) -> float:
+        """Seconds that lengthening `count` drafts of `drafter` from k0 to k0 + j tokens adds: their
+        verify rows and, for a drafter that runs passes, its passes at those depths, each shared
+        by every sequence drafting at that depth."""
+        seconds = self._verify(self.rows + count * j) - self._verify(self.rows)
+        curve = self.costs.draft.get(drafter)
+        if curve is not None:
+            for depth in range(k0 + 1, k0 + j + 1):
+                rows = self.depth_rows.get((drafter, depth), 0)
+                seconds += curve(rows + count) - (curve(rows) if rows else 0.0)
+        return seconds
+
+    def apply(self, members: Sequence[tuple[int, Option]], k0: int, j: int, gain: float, cost: float) -> None:
+        for seq, option in members:
+            for depth in range(k0 + 1, k0 + j + 1):
+                key = (option.drafter, depth)
+                self.depth_rows[key] = self.depth_rows.get(key, 0) + 1
+            self.alloc.drafts[seq] = (option.drafter, k0 + j)
+        self.rows += len(members) * j
+        self.alloc.tokens += gain
+        self.alloc.seconds += cost
+
+
+@dataclass
+class _Move:
+    """Lengthen the drafts of the first r of `ranked` (gain, sequence, option) from k0 to k0 + j tokens."""
+
+    ranked: list[tuple[float, int, Option]]
+    r: int
+    k0: int
+    j: int
+    gain: float
+    cost: float
+
+
+def _moves(plan: _Plan, candidates: Sequence[Candidate], max_rows: int) -> Iterator[_Move]:
+    """Every chunk worth weighing: the r sequences most likely to gain, among those drafting k0
+    tokens with the same drafter (or not drafting yet and able to), each lengthened by j tokens."""
+    groups: dict[tuple[str, int], list[tuple[Candidate, Option]]] = {}
+    for cand in candidates:
+        current, k0 = plan.alloc.drafter(cand.seq), plan.alloc.k(cand.seq)
+        for option in cand.options:
+            if current is None or option.drafter == current:
+                groups.setdefault((option.drafter, k0), []).append((cand, option))
+    for (drafter, k0), group in groups.items():
+        room = {c.seq: min(c.k_max, len(o.acceptance)) - k0 for c, o in group}
+        for j in range(1, max(room.values(), default=0) + 1):
+            able = sorted(((plan.gain(o, k0, j), c.seq, o) for c, o in group if room[c.seq] >= j), key=lambda item: -item[0])
+            total = 0.0
+            for r, (gain, _, _) in enumerate(able, start=1):
+                if plan.rows + r * j > max_rows:
+                    break
+                total += gain
+                yield _Move(able, r, k0, j, total, plan.cost(drafter, r, k0, j))
+
+
+def allocate(candidates: Sequence[Candidate], costs: Costs, *, max_rows: int, base_rows: int = 0, value: float = 0.0,
+             grants: Sequence[Grant] = (), margin: float = defaults.DRAFT_MARGIN) -> Allocation:
+    """Draft tokens per sequence for one step (see the module docstring).
+
+    `base_rows`: tokens already in this step's target batch (prompt chunks being read), which the
+    draft rows join; `max_rows`: the most tokens the batch may hold; `value`: tokens per second a
+    second is worth at least (the rate achieved lately). A sequence drafts with one drafter per
+    step. `grants` are settled first whatever they cost (probes that keep the estimates of a
+    drafter nobody uses current); their sequences are not weighed further.
+    """
+    plan = _Plan(candidates, costs, base_rows)
+    settled = set()
+    for grant in grants:
+        j = min(grant.k, len(grant.option.acceptance), max_rows - plan.rows)
+        if j > 0:
+            plan.apply([(grant.seq, grant.option)], 0, j, plan.gain(grant.option, 0, j), plan.cost(grant.option.drafter, 1, 0, j))
+            settled.add(grant.seq)
+    free = [c for c in candidates if c.seq not in settled]
+    while True:
+        worth = max(value, plan.alloc.rate)
+        best, best_net = None, 1e-12
+        for move in _moves(plan, free, max_rows):
+            net = move.gain - margin * worth * move.cost
+            if net > best_net:
+                best, best_net = move, net
+        if best is None:
+            return plan.alloc
+        plan.apply([(seq, option) for _, seq, option in best.ranked[: best.r]], best.k0, best.j, best.gain, best.cost)
+
+
+def fixed(candidates: Sequence[Candidate], mode: str, k: int, *, max_rows: int, model: str = defaults.MODEL,
+          min_confidence: float = defaults.HYBRID_MIN_CONFIDENCE) -> Allocation:
+    """The fixed modes: every sequence drafts up to k tokens with the mode's drafter ("draft": the
+    drafter named `model`; "ngram": prompt lookup, as far as its proposal goes; "hybrid": lookup
+    when its first token is at least `min_confidence` likely, else the model), however full the
+    batch is."""
+    alloc = Allocation(tokens=float(len(candidates)))
+    rows = len(candidates)
+    for cand in candidates:
+        by_name = {o.drafter: o for o in cand.options}
+        lookup, drafter = by_name.get(defaults.LOOKUP), by_name.get(model)
+        if mode == "hybrid":
+            confident = lookup is not None and lookup.acceptance and lookup.acceptance[0] >= min_confidence
+            option = lookup if confident else drafter
+        else:
+            option = drafter if mode == "draft" else lookup
+        if option is None:
+            continue
+        n = min(k, cand.k_max, max_rows - rows, len(option.acceptance))
+        if n > 0:
+            alloc.drafts[cand.seq] = (option.drafter, n)
+            rows += n
+    return alloc

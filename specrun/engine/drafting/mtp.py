@@ -1,0 +1,123 @@
+"""The target's own multi-token-prediction ("nextn") head drafts: no second model, only one more
+layer that reads the target's last hidden state.
+
+The head's context is fed pairs: at position p, the token x_p with the target's hidden row
+h_{p-1} (zeros at p = 0). The target context hands its rows over after every pass (`on_hidden`);
+they wait here until the head reads them. Drafting k tokens for a sequence of n tokens feeds
+(x_{n-1}, h_{n-2}) behind the pairs the head missed, then each drafted token with the head's own
+hidden row of the step before, one head pass per depth for every asking sequence together. The
+head's cache is then cut back to the committed history: its own rows are not the target's, so
+what it drafted is never a pair it keeps.
+
+A model with one head (Qwen3.5/3.6, GLM-4.5) reuses it for every depth, as llama.cpp does; a model
+with several heads reuses the first too (llama.cpp chains them, one per depth: see the README).
+Each token's q is the head's own distribution under the sampling settings, so rejection sampling
+keeps the target's distribution exactly at any temperature.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from ..llama import Context, HeadSegment
+from .model import choose
+from .protocol import Draft, DraftPass, DraftRequest, Proposals
+
+
+class MtpDrafter:
+    """Drafts with the head context `head` on the target context `target` (made with hidden=True),
+    whose sequence ids it shares."""
+
+    name = "mtp"
+    ahead = False
+
+    def __init__(self, head: Context, target: Context, *, p_min: float = 0.0, min_draft: int = 0):
+        self.ctx = head
+        self.target = target
+        self.p_min = p_min
+        self.min_draft = min_draft
+        self._zeros = np.zeros(head.model.n_embd_out, dtype=np.float32)
+        self._rows: dict[int, dict[int, np.ndarray]] = {}  # seq -> position -> the target's hidden row there
+        target.on_hidden = self._hidden
+
+    def _hidden(self, seq: int, position: int, rows: np.ndarray) -> None:
+        """The target decoded rows at position.. of seq: keep them for the head."""
+        kept = self._rows.setdefault(seq, {})
+        for i in range(len(rows)):
+            kept[position + i] = rows[i]
+
+    def _row(self, seq: int, position: int) -> np.ndarray:
+        """The target's row at `position` (zeros before the first; also for a row no longer kept,
+        which costs acceptance only: verification decides what is kept)."""
+        return self._rows.get(seq, {}).get(position, self._zeros) if position >= 0 else self._zeros
+
+    def _catch_up(self, seq: int, history: Sequence[int], upto: int, last: bool) -> HeadSegment | None:
+        """The pairs the head lacks of history[:upto], after cutting its cache to what it shares."""
+        keep = min(self.ctx.common_prefix(seq, history), upto - 1 if last else upto)
+        self.ctx.trim(seq, keep)
+        if keep >= upto:
+            return None
+        return HeadSegment(seq, list(history[keep:upto]), [self._row(seq, p - 1) for p in range(keep, upto)], last)
+
+    def _prune(self, seq: int) -> None:
+        """Rows the head has read are dropped, but the last one: the next pair needs it."""
+        kept = self._rows.get(seq)
+        if kept:
+            floor = len(self.ctx.tokens[seq]) - 1
+            for position in [p for p in kept if p < floor]:
+                del kept[position]
+
+    def lag(self, seq: int, history: Sequence[int]) -> int:
+        return max(0, len(history) - 1 - self.ctx.common_prefix(seq, history))
+
+    def read(self, items: Sequence[tuple[int, Sequence[int]]]) -> Proposals:
+        """Pairs for every prompt token the target has read (a prompt's hidden rows are all in)."""
+        segments = [seg for seq, history in items if (seg := self._catch_up(seq, history, len(history), False)) is not None]
+        out = Proposals()
+        if segments:
+            out.passes.append(self._pass(segments)[1])
+            for seg in segments:
+                self._prune(seg.seq)
+        return out
+
+    def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
+        out = Proposals()
+        live = [r for r in requests if r.k > 0 and r.history]
+        segments = [self._catch_up(r.seq, r.history, len(r.history), True) for r in live]
+        committed = {r.seq: len(r.history) for r in live}
+        for request in live:
+            out.drafts[request.seq] = Draft(q=None if request.sampling.greedy else [], confidence=[])
+        depth = 0
+        try:
+            while live:
+                results, made = self._pass(segments)
+                out.passes.append(made)
+                depth += 1
+                still, segments = [], []
+                for request, result in zip(live, results):
+                    logits, hidden = result
+                    token = choose(request, logits, out.drafts[request.seq], depth, self.p_min, self.min_draft)
+                    if token is not None and depth < request.k:
+                        still.append(request)
+                        segments.append(HeadSegment(request.seq, [token], [hidden]))
+                live = still
+        finally:
+            for seq, n in committed.items():  # the drafted pairs carry the head's rows, not the target's
+                self.ctx.trim(seq, n)
+                self._prune(seq)
+        return out
+
+    def _pass(self, segments: Sequence[HeadSegment]) -> tuple[list, DraftPass]:
+        start = time.perf_counter()
+        results = self.ctx.feed_head(segments)
+        return results, DraftPass(sum(len(s.tokens) for s in segments), time.perf_counter() - start)
+
+    def learn(self, seq: int, drafted: int, accepted: int) -> None:
+        """The head's cache is brought in line with the history at the next proposal; nothing to do here."""
+
+    def forget(self, seq: int) -> None:
+        self.ctx.clear(seq)
+        self._rows.pop(seq, None)

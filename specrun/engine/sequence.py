@@ -1,0 +1,131 @@
+"""One sequence's state from its prompt to its last token: what is its own in a step it shares.
+
+The engine decodes any number of these together. Each keeps its history, the random generator its
+seed starts, the text assembler that holds back stop strings and split UTF-8, its stop conditions,
+its statistics and its own acceptance evidence per drafter. Invariant between steps: the target's
+cache of the sequence holds its history except the last token, which is fed first in the next
+batch, `[last] + draft`, with logits for every position.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from .. import defaults
+from .auto.estimates import PositionRates
+from .llama import Model
+from .sampling import SamplingParams, make_rng
+from .stats import Stats
+from .text import TextAssembler
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """What to generate and when to stop; the same for plain and speculative runs."""
+
+    max_tokens: int = defaults.MAX_TOKENS
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    draft_max: int | None = None  # most draft tokens per step; None: the mode's default (draft_max_for)
+    draft_min: int = defaults.DRAFT_MIN
+    draft_p_min: float = defaults.DRAFT_P_MIN
+    ngram_min: int = defaults.NGRAM_MIN
+    ngram_max: int = defaults.NGRAM_MAX
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+    def draft_max_for(self, mode: str) -> int:
+        """The most draft tokens one step may verify in `mode`: `draft_max` when set, else the
+        mode's default (defaults.draft_max_for)."""
+        return self.draft_max if self.draft_max is not None else defaults.draft_max_for(mode, None)
+
+
+@dataclass
+class Timings:
+    """Wall-clock moments of one sequence (time.perf_counter seconds)."""
+
+    arrived: float
+    admitted: float | None = None
+    first_token: float | None = None
+    finished: float | None = None
+
+
+class SequenceState:
+    """A generation on sequence `seq` of the engine's contexts, from admission to its last token.
+
+    `cached` prompt tokens were found in the cache; the rest (`pending`) are read in chunks before
+    the first token. `k_max` is the most draft tokens a step may verify for it.
+    """
+
+    def __init__(self, seq: int, prompt: Sequence[int], settings: GenerationSettings, model: Model, *, cached: int = 0,
+                 k_max: int = 0, rng: np.random.Generator | None = None, arrived: float | None = None):
+        now = time.perf_counter()
+        self.seq = seq
+        self.prompt = list(prompt)
+        self.settings = settings
+        self.sampling = settings.sampling
+        self.model = model
+        self.rng = rng if rng is not None else make_rng(settings.seed)
+        self.text = TextAssembler(settings.stop)
+        self.history: list[int] = list(prompt)
+        self.generated: list[int] = []
+        self.cached = cached
+        self.pending: list[int] = list(prompt[cached:])
+        self.k_max = k_max
+        self.own: dict[str, PositionRates] = {}  # this sequence's acceptance evidence per drafter
+        self.stats = Stats(prompt_tokens=len(prompt))
+        self.timings = Timings(arrived=arrived if arrived is not None else now, admitted=now)
+        self.finished: str | None = None  # eog | max_tokens | stop | context | cancelled
+        self.done = False
+
+    @property
+    def prefilled(self) -> bool:
+        return not self.pending
+
+    def room(self, n_ctx: int, cached_now: int) -> int:
+        """Most draft tokens this step may verify: within max_tokens, the context and the cap."""
+        room_tokens = self.settings.max_tokens - len(self.generated) - 1
+        room_ctx = n_ctx - cached_now - 1
+        return max(0, min(room_tokens, room_ctx, self.k_max))
+
+    def remaining(self) -> int:
+        """Tokens this sequence may still produce."""
+        return max(0, self.settings.max_tokens - len(self.generated))
+
+    def commit(self, tokens: Sequence[int]) -> tuple[list[int], str]:
+        """Append tokens up to the first stop condition; return those kept and the text now final.
+        Sets `finished` when a stop condition was met."""
+        kept: list[int] = []
+        out: list[str] = []
+        settings = self.settings
+        for token in tokens:
+            kept.append(token)
+            self.generated.append(token)
+            if self.model.is_eog(token) and not settings.ignore_eos:
+                self.finished = "eog"
+                break
+            out.append(self.text.feed(self.model.piece(token)))
+            if self.text.stopped:
+                self.finished = "stop"
+                break
+            if len(self.generated) >= settings.max_tokens:
+                self.finished = "max_tokens"
+                break
+        self.history.extend(kept)
+        self.stats.generated_tokens = len(self.generated)
+        if self.timings.first_token is None and kept:
+            self.timings.first_token = time.perf_counter()
+        return kept, "".join(out)
+
+    def finish(self, reason: str) -> str:
+        """Close the text stream; return what it held back (nothing when cancelled)."""
+        if self.finished is None or reason == "cancelled":
+            self.finished = reason
+        self.done = True
+        self.stats.stop_reason = self.finished
+        self.timings.finished = time.perf_counter()
+        return self.text.finish() if reason != "cancelled" else ""

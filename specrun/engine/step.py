@@ -1,0 +1,388 @@
+"""The one step of the engine, for any number of sequences: plan → draft → one target pass →
+accept, commit and trim each. `specrun run`, chat, bench, the library and the server all drive it;
+a single request is a batch of one.
+
+A step (1) finishes sequences whose context is full, (2) asks the drafters that propose ahead
+(prompt lookup) for every decoding sequence, (3) plans who drafts and how much (the auto
+controller, or the mode's fixed K), (4) runs each other drafter once for all the sequences it was
+given, (5) verifies every `[last] + draft` and the prompt chunks of sequences still reading their
+prompt in one llama_decode, and (6) accepts each sequence's longest agreeing prefix (or resamples
+at the first rejection), trims its cache past it, commits, and lets the drafters and the
+controller learn from the outcome. Sequences ids are shared by the target's and the drafters'
+contexts; the slot pool decides which sequence a new generation takes (the one whose cache shares
+the longest prefix with its prompt) and which idle caches are dropped when cells run short.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .. import defaults
+from .auto.control import PLAIN, Ask, Choice, Controller, Outcome
+from .auto.plan import Candidate, Option, fixed
+from .drafting.lookup import LookupDrafter
+from .drafting.prompt_lookup import PromptLookup
+from .drafting.protocol import Draft, Drafter, DraftRequest
+from .llama import Context, Segment
+from .sampling import make_rng
+from .sequence import GenerationSettings, SequenceState
+from .slots import SlotPool
+from .verify import Verifier, verify
+
+EMPTY = Draft()
+
+
+@dataclass
+class Update:
+    """What one step did for one sequence."""
+
+    sequence: SequenceState
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    choice: Choice = PLAIN
+    drafted: int = 0
+    accepted: int = 0
+    done: bool = False
+    draft_s: float = 0.0  # the step's planning and drafting, and its target pass with verification
+    verify_s: float = 0.0
+
+    @property
+    def drafter(self) -> str | None:
+        return self.choice.drafter if self.drafted else None
+
+
+@dataclass
+class StepReport:
+    """One step: every sequence's update, and the batch it took."""
+
+    updates: list[Update] = field(default_factory=list)
+    rows: int = 0
+    prompt_rows: int = 0
+    draft_seconds: float = 0.0  # planning and drafting, before the target pass
+    verify_seconds: float = 0.0  # the target pass and verification
+    decode_seconds: float = 0.0  # inside llama_decode, target and drafters
+    seconds: float = 0.0  # the whole step
+
+    @property
+    def host_seconds(self) -> float:
+        """Time outside llama_decode: the Python side of the step."""
+        return max(0.0, self.seconds - self.decode_seconds)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the engine speculates: a mode, the most draft tokens a step may verify, the prompt
+    lookup's match lengths and the draft model's early stop, under `auto` the controller that
+    decides (elsewhere a controller, when given, only keeps the cost curves current), and the rule
+    that accepts drafts: `verify`, or a benchmark's synthetic stand-in (verify.SyntheticAcceptance)."""
+
+    mode: str = "off"
+    k_max: int = 0
+    controller: Controller | None = None
+    ngrams: tuple[int, int] = (defaults.NGRAM_MIN, defaults.NGRAM_MAX)
+    draft_p_min: float = defaults.DRAFT_P_MIN
+    draft_min: int = defaults.DRAFT_MIN
+    verifier: Verifier = verify
+
+    @property
+    def auto(self) -> bool:
+        return self.mode == "auto" and self.controller is not None
+
+    def label(self) -> str:
+        if self.auto:
+            return self.controller.label()
+        return "plain" if self.mode == "off" or self.k_max <= 0 else f"{self.mode} K={self.k_max}"
+
+
+class Engine:
+    """Decodes sequences of a target context together, with prompt lookup and drafters that run
+    models.
+
+    `model`: the drafter the fixed modes `draft` and `hybrid` draft with (a draft model), or None;
+    `others`: more drafters `auto` may choose, or a mode of their name runs. Every drafter's context
+    shares the target's sequence ids. The slot pool has one slot per sequence of the target context.
+    """
+
+    def __init__(self, target: Context, model: Drafter | None = None, *, others: Sequence[Drafter] = (), n_batch: int | None = None):
+        self.target = target
+        self.model = model
+        self.drafters: dict[str, Drafter] = {d.name: d for d in [model, *others] if d is not None}
+        self.lookup: LookupDrafter | None = None
+        self.n_batch = n_batch or target.n_batch
+        self.policy = Policy()
+        self.slots = SlotPool(target.n_seq, target.common_prefix, lambda s: len(self.target.tokens[s]))
+        self.steps = 0
+
+    # -- configuration -----------------------------------------------------------------------
+
+    def configure(self, policy: Policy) -> None:
+        """Speculate as `policy` says from now on."""
+        if policy.mode not in defaults.MODES:
+            raise ValueError(f"unknown mode {policy.mode!r}")
+        if self._fixed_drafter(policy.mode) is None and policy.mode not in ("off", "ngram", "auto"):
+            raise ValueError(f"mode {policy.mode!r} needs a drafter of that kind")
+        if policy.mode == "off":
+            policy = Policy("off", 0, policy.controller)
+        self.policy = policy
+        for drafter in self.drafters.values():
+            if hasattr(drafter, "p_min"):
+                drafter.p_min, drafter.min_draft = policy.draft_p_min, policy.draft_min
+        uses_lookup = policy.mode in ("auto", "ngram", "hybrid") and policy.k_max > 0
+        if not uses_lookup:
+            self.lookup = None
+        elif self.lookup is None or (self.lookup.ngram_min, self.lookup.ngram_max, self.lookup.k_max) != (*policy.ngrams, policy.k_max):
+            self.lookup = LookupDrafter(*policy.ngrams, k_max=policy.k_max)
+
+    def _fixed_drafter(self, mode: str) -> Drafter | None:
+        """The drafter a fixed mode drafts with beside prompt lookup: the model for `draft` and
+        `hybrid`, else the drafter of the mode's name."""
+        return self.model if mode in ("draft", "hybrid") else self.drafters.get(mode)
+
+    @property
+    def reads_ahead(self) -> Drafter | None:
+        """In a fixed mode whose drafter keeps a cache, that drafter: it reads each prompt at
+        prefill. Under auto a drafter catches up when first chosen, a cost the controller weighs."""
+        drafter = self._fixed_drafter(self.policy.mode) if self.policy.mode != "auto" and self.policy.k_max > 0 else None
+        return drafter if drafter is not None and getattr(drafter, "ctx", None) is not None else None
+
+    # -- sequences ---------------------------------------------------------------------------
+
+    def admit(self, prompt: Sequence[int], settings: GenerationSettings, *, arrived: float | None = None,
+              lookup: PromptLookup | None = None, rng=None) -> SequenceState:
+        """Give a generation a sequence, reusing the longest cached prefix of its prompt (every
+        token but the last, whose logits the first step needs)."""
+        seq, shared = self.slots.claim(prompt)
+        try:
+            keep = min(shared, len(prompt) - 1)
+            self.target.trim(seq, keep)
+            k_max = min(settings.draft_max_for(self.policy.mode), self.policy.k_max) if self.policy.k_max else 0
+            state = SequenceState(seq, prompt, settings, self.target.model, cached=keep, k_max=k_max,
+                                  rng=rng if rng is not None else make_rng(settings.seed), arrived=arrived)
+        except BaseException:  # a generation that cannot start never holds a sequence
+            self.slots.release(seq)
+            for ctx in self._contexts():
+                ctx.clear(seq)
+            raise
+        if self.lookup is not None:
+            if lookup is not None:
+                self.lookup.attach(seq, lookup)
+            else:
+                self.lookup.forget(seq)
+        return state
+
+    def release(self, state: SequenceState) -> None:
+        """The generation is over; its sequence keeps its cache for a follow-up (a recurrent one
+        from a checkpoint, since a follow-up's prompt may take tokens back)."""
+        if self.lookup is not None:
+            self.lookup.forget(state.seq)
+        self.slots.release(state.seq)
+        self.target.checkpoint(state.seq)
+
+    def cancel(self, state: SequenceState) -> Update:
+        """Stop a generation now (its client went away, or the server is stopping)."""
+        state.finish("cancelled")
+        self.release(state)
+        return Update(state, done=True)
+
+    def abort(self, state: SequenceState) -> None:
+        """End a generation after a failure and forget its caches, whose state is unknown. The
+        sequence is given back first, so it is free even if dropping the caches fails."""
+        if not state.done:
+            state.finish("cancelled")
+        self.release(state)
+        for ctx in self._contexts():
+            ctx.clear(state.seq)
+
+    def _contexts(self) -> list[Context]:
+        return [self.target] + [d.ctx for d in self.drafters.values() if getattr(d, "ctx", None) is not None]
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def step(self, sequences: Sequence[SequenceState]) -> StepReport:
+        """Advance every live sequence by one target pass (see the module docstring)."""
+        start = time.perf_counter()
+        decoded_before = self.decode_seconds()
+        self.steps += 1
+        report = StepReport()
+        live = [s for s in sequences if not s.done]
+        for state in live:
+            if state.prefilled and len(self.target.tokens[state.seq]) + 1 > self.target.n_ctx:
+                state.finished = "context"
+                report.updates.append(self._finish(Update(state)))
+        decoding = [s for s in live if s.prefilled and not s.done]
+        reading = [s for s in live if not s.prefilled]
+        reserve = min(sum(len(s.pending) for s in reading), self.n_batch // 2)
+        choices, proposals = self._plan(decoding, reserve)
+        drafts, passes = self._draft(decoding, choices, proposals, report)
+        segments = [Segment(s.seq, [s.history[-1]] + drafts.get(s.seq, EMPTY).tokens,
+                            "all" if drafts.get(s.seq, EMPTY).tokens else "last") for s in decoding]
+        room = self.n_batch - sum(len(seg.tokens) for seg in segments)
+        chunks: list[tuple[SequenceState, int]] = []
+        for state in reading:
+            n = min(len(state.pending), room)
+            if n <= 0:
+                break
+            segments.append(Segment(state.seq, state.pending[:n], "last" if n == len(state.pending) else "none"))
+            chunks.append((state, n))
+            room -= n
+        if segments:
+            self._target_pass(decoding, choices, drafts, passes, segments, chunks, report, start)
+        report.seconds = time.perf_counter() - start
+        report.decode_seconds = self.decode_seconds() - decoded_before
+        return report
+
+    def decode_seconds(self) -> float:
+        """Time spent inside llama_decode so far, target and draft model."""
+        return sum(ctx.decode_seconds for ctx in self._contexts())
+
+    def _target_pass(self, decoding, choices, drafts, passes, segments, chunks, report: StepReport, start: float) -> None:
+        bases = {seg.seq: len(self.target.tokens[seg.seq]) for seg in segments}
+        report.rows = sum(len(seg.tokens) for seg in segments)
+        report.prompt_rows = sum(n for _, n in chunks)
+        self._make_room(self.target, report.rows)
+        verify_start = time.perf_counter()
+        report.draft_seconds = verify_start - start
+        decode_before = self.target.decode_seconds
+        rows = self.target.decode(segments, copy=False)
+        decode_s = self.target.decode_seconds - decode_before
+        outcomes = []
+        for state, logits in zip(decoding, rows):
+            draft = drafts.get(state.seq, EMPTY)
+            update, outcome = self._accept(state, choices.get(state.seq, PLAIN), draft, logits, bases[state.seq])
+            report.updates.append(update)
+            outcomes.append((state, update, outcome))
+        report.verify_seconds = time.perf_counter() - verify_start
+        for state, update, outcome in outcomes:
+            update.draft_s, update.verify_s = report.draft_seconds, report.verify_seconds
+            state.stats.record_step(update.drafted, update.accepted, report.draft_seconds, report.verify_seconds, update.drafter)
+            self._finish(update)
+        controller = self.policy.controller
+        if controller is not None and decoding:
+            controller.observe([o for _, _, o in outcomes], rows=None if chunks else report.rows, verify_s=decode_s,
+                               draft_s=sum(p.seconds for made in passes.values() for p in made),
+                               passes={name: [(p.rows, p.seconds) for p in made] for name, made in passes.items() if made})
+        for (state, n), logits in zip(chunks, rows[len(decoding):]):
+            update = self._read(state, n, logits)
+            if update is not None:
+                report.updates.append(update)
+
+    def _accept(self, state: SequenceState, choice: Choice, draft: Draft, logits, base: int) -> tuple[Update, Outcome]:
+        """Verify one sequence's draft, trim its cache past the first rejection, commit, learn."""
+        n_draft = len(draft.tokens)
+        verdict = self.policy.verifier(draft.tokens, draft.q, logits.reshape(1 + n_draft, -1), state.sampling, state.rng)
+        self.target.trim(state.seq, base + 1 + verdict.accepted)
+        if n_draft and choice.drafter is not None:
+            drafter = self.lookup if self.lookup is not None and choice.drafter == self.lookup.name else self.drafters.get(choice.drafter)
+            if drafter is not None:
+                drafter.learn(state.seq, n_draft, verdict.accepted)
+            if self.policy.auto:
+                own = state.own.get(choice.drafter)
+                if own is None:
+                    own = state.own[choice.drafter] = self.policy.controller.own_rates()
+                own.update(choice.k, verdict.accepted)
+        kept, text = state.commit(verdict.tokens)
+        update = Update(state, kept, text, choice, n_draft, verdict.accepted)
+        return update, Outcome(choice, n_draft, verdict.accepted)
+
+    def _finish(self, update: Update) -> Update:
+        """Close a sequence that met a stop condition: its held-back text, and its slot back."""
+        state = update.sequence
+        if state.finished is not None and not state.done:
+            update.text += state.finish(state.finished)
+            update.done = True
+            self.release(state)
+        return update
+
+    def _read(self, state: SequenceState, n: int, logits) -> Update | None:
+        """A prompt chunk was read; after the last one, the first token."""
+        del state.pending[:n]
+        if not state.prefilled:
+            return None
+        reader = self.reads_ahead
+        if reader is not None:
+            self._make_room(reader.ctx, len(state.prompt))
+            reader.read([(state.seq, state.prompt)])
+        state.stats.prefill_time = time.perf_counter() - (state.timings.admitted or state.timings.arrived)
+        kept, text = state.commit([state.sampling.pick(logits, state.rng)])
+        state.stats.time_to_first_token = state.stats.prefill_time
+        return self._finish(Update(state, kept, text))
+
+    # -- planning and drafting ---------------------------------------------------------------
+
+    def _plan(self, decoding: Sequence[SequenceState], reserve: int) -> tuple[dict[int, Choice], dict[int, Draft]]:
+        """Each decoding sequence's choice, with the proposals of drafters that propose ahead."""
+        policy = self.policy
+        if policy.mode == "off" or not decoding:
+            return {}, {}
+        caps = {s.seq: s.room(self.target.n_ctx, len(self.target.tokens[s.seq])) for s in decoding}
+        proposals: dict[int, Draft] = {}
+        if self.lookup is not None:
+            asked = [DraftRequest(s.seq, s.history, caps[s.seq], s.sampling, s.rng) for s in decoding if caps[s.seq] > 0]
+            proposals = self.lookup.propose(asked).drafts if asked else {}
+        max_rows = self.n_batch - reserve
+        if not policy.auto:
+            return self._fixed(decoding, caps, proposals, max_rows), proposals
+        controller = policy.controller
+        asks = []
+        for s in decoding:
+            in_hand = {self.lookup.name: proposals[s.seq].confidence or [1.0] * len(proposals[s.seq].tokens)} \
+                if s.seq in proposals else {}
+            behind = {name: controller.catch_up_seconds(name, d.lag(s.seq, s.history))
+                      for name, d in self.drafters.items() if caps[s.seq] > 0}
+            asks.append(Ask(s.seq, caps[s.seq], s.remaining(), s.own, in_hand, behind))
+        decision = controller.plan(asks, max_rows=max_rows, base_rows=reserve)
+        return dict(decision.choices), proposals
+
+    def _fixed(self, decoding, caps, proposals, max_rows) -> dict[int, Choice]:
+        candidates = []
+        for s in decoding:
+            options = []
+            draft = proposals.get(s.seq)
+            if draft is not None and draft.tokens:
+                options.append(Option(defaults.LOOKUP, draft.confidence or [1.0] * len(draft.tokens)))
+            drafter = self._fixed_drafter(self.policy.mode)
+            if drafter is not None:
+                options.append(Option(drafter.name, [1.0] * caps[s.seq]))
+            candidates.append(Candidate(s.seq, options, caps[s.seq]))
+        kind = self.policy.mode if self.policy.mode in ("ngram", "hybrid") else "draft"
+        model = self._fixed_drafter(self.policy.mode)
+        alloc = fixed(candidates, kind, self.policy.k_max, max_rows=max_rows, model=model.name if model is not None else defaults.MODEL)
+        return {seq: Choice(drafter, k) for seq, (drafter, k) in alloc.drafts.items()}
+
+    def _draft(self, decoding, choices: dict[int, Choice], proposals: dict[int, Draft], report: StepReport):
+        """The drafts the plan asked for: proposals in hand cut to their K, and each other
+        drafter's, drafted for all its sequences together; with the passes each drafter ran."""
+        drafts: dict[int, Draft] = {}
+        requests: dict[str, list[DraftRequest]] = {}
+        for s in decoding:
+            choice = choices.get(s.seq, PLAIN)
+            if choice.drafter is None or choice.k <= 0:
+                continue
+            if choice.drafter in self.drafters:
+                requests.setdefault(choice.drafter, []).append(DraftRequest(s.seq, s.history, choice.k, s.sampling, s.rng))
+            elif s.seq in proposals:
+                drafts[s.seq] = proposals[s.seq].cut(choice.k)
+        passes = {}
+        for name, asked in requests.items():
+            drafter = self.drafters[name]
+            ctx = getattr(drafter, "ctx", None)
+            if ctx is not None:
+                self._make_room(ctx, sum(drafter.lag(r.seq, r.history) + r.k for r in asked))
+            made = drafter.propose(asked)
+            drafts.update(made.drafts)
+            passes[name] = made.passes
+        return drafts, passes
+
+    def _make_room(self, ctx: Context, needed: int) -> None:
+        """Drop the caches of idle sequences, least recently used first, until `needed` cells are free."""
+        for seq in self.slots.evictable():
+            if ctx.free() >= needed:
+                return
+            for each in self._contexts():
+                each.clear(seq)
+
+    def close(self) -> None:
+        for ctx in reversed(self._contexts()):
+            ctx.close()

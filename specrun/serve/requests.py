@@ -1,0 +1,62 @@
+"""A request as the server holds it: validated and tokenized (`Job`), and what its answer reports
+(usage and llama-server's `timings`) once the engine's sequence for it is done."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+
+from ..engine.sequence import GenerationSettings, SequenceState
+from ..models.reasoning import ReasoningTags
+
+_ids = itertools.count(1)
+
+# finish reasons of the engine → OpenAI's
+FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context": "length", "cancelled": "cancelled"}
+
+
+@dataclass
+class Job:
+    """What a request asks for, validated and tokenized."""
+
+    kind: str  # "chat" or "completion"
+    prompt: list[int]
+    settings: GenerationSettings
+    max_tokens_given: int | None = None  # as the client sent it (None: until the end or the context)
+    id: int = field(default_factory=lambda: next(_ids))
+    reasoning: ReasoningTags | None = None  # a chat answer's think tags (models.reasoning), from the template
+    inside_reasoning: bool = False  # the prompt opened the reasoning
+
+
+def finish_reason(state: SequenceState) -> str:
+    return FINISH_REASONS.get(state.finished or "", "stop")
+
+
+def report(state: SequenceState) -> dict:
+    """usage and llama-server's `timings` for the response."""
+    t = state.timings
+    prompt_n = len(state.prompt) - state.cached
+    end = t.finished or time.perf_counter()
+    prompt_s = (t.first_token or end) - (t.admitted or t.arrived)
+    predicted_s = end - (t.first_token or end)
+    predicted_n = len(state.generated)
+    steady = predicted_n - 1  # tokens after the first, over the time after the first: the decode speed
+    return {
+        "usage": {"prompt_tokens": len(state.prompt), "completion_tokens": predicted_n,
+                  "total_tokens": len(state.prompt) + predicted_n},
+        "timings": {
+            "cache_n": state.cached,
+            "prompt_n": prompt_n,
+            "prompt_ms": round(prompt_s * 1000, 3),
+            "prompt_per_token_ms": round(prompt_s * 1000 / prompt_n, 3) if prompt_n else None,
+            "prompt_per_second": round(prompt_n / prompt_s, 3) if prompt_s > 0 and prompt_n else None,
+            "predicted_n": predicted_n,
+            "predicted_ms": round(predicted_s * 1000, 3),
+            "predicted_per_token_ms": round(predicted_s * 1000 / steady, 3) if steady else None,
+            "predicted_per_second": round(steady / predicted_s, 3) if steady and predicted_s > 0 else None,
+            "draft_n": state.stats.drafted,
+            "draft_n_accepted": state.stats.accepted,
+            "queue_ms": round(((t.admitted or end) - t.arrived) * 1000, 3),
+        },
+    }

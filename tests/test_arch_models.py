@@ -1,0 +1,336 @@
+"""The tiny models of other architectures (tests/arch_models.py) load in llama.cpp, generate
+deterministically, share the tiny target's vocabulary, and have the cache each of them stands for:
+a hybrid whose recurrent state rolls back only through snapshots, a plain cache under an MTP model,
+a sliding window that cells leave, MTP heads that draft from the trunk's hidden state."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from arch_models import write_gemma3_gguf, write_glm4moe_gguf, write_qwen35_gguf
+from tiny_models import _llama_cpp, greedy_tokens
+
+PROMPT = "the quick brown fox"
+FIXTURES = ["hybrid_target", "hybrid_mtp_target", "hybrid_draft", "dense_mtp_target", "swa_target"]
+MTP_FIXTURES = ["hybrid_mtp_target", "dense_mtp_target"]
+
+
+@contextmanager
+def loaded(path, *, load_mtp=False, vocab_only=False):
+    lib = _llama_cpp()
+    params = lib.llama_model_default_params()
+    params.n_gpu_layers = 0
+    params.use_extra_bufts = False
+    params.load_mtp = load_mtp
+    params.vocab_only = vocab_only
+    model = lib.llama_model_load_from_file(os.fsencode(str(path)), params)
+    assert model, f"llama.cpp cannot load {path}"
+    try:
+        yield lib, model
+    finally:
+        lib.llama_model_free(model)
+
+
+@contextmanager
+def context(lib, model, **settings):
+    params = lib.llama_context_default_params()
+    params.n_ctx = 1024
+    params.n_batch = params.n_ubatch = 512
+    params.n_threads = params.n_threads_batch = 1
+    for name, value in settings.items():
+        setattr(params, name, value)
+    ctx = lib.llama_init_from_model(model, params)
+    assert ctx, "llama.cpp cannot create the context"
+    try:
+        yield ctx
+    finally:
+        lib.llama_free(ctx)
+
+
+def decode(lib, ctx, tokens, pos0=0, *, all_logits=False):
+    batch = lib.llama_batch_init(len(tokens), 0, 1)
+    try:
+        for i, token in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0] = token, pos0 + i, 1, 0
+            batch.logits[i] = all_logits or i == len(tokens) - 1
+        batch.n_tokens = len(tokens)
+        assert lib.llama_decode(ctx, batch) == 0
+    finally:
+        lib.llama_batch_free(batch)
+
+
+def tokenize(lib, model, text):
+    data = text.encode()
+    buf = (lib.llama_token * (len(data) + 16))()
+    n = lib.llama_tokenize(lib.llama_model_get_vocab(model), data, len(data), buf, len(buf), True, True)
+    return list(buf[:n])
+
+
+def meta(lib, model, key):
+    buf = ctypes.create_string_buffer(256)
+    assert lib.llama_model_meta_val_str(model, key.encode(), buf, len(buf)) > 0
+    return buf.value.decode()
+
+
+@pytest.mark.parametrize(
+    "fixture, arch, hybrid, nextn, n_swa",
+    [
+        ("hybrid_target", "qwen35", True, 0, 0),
+        ("hybrid_mtp_target", "qwen35", True, 1, 0),
+        ("hybrid_draft", "qwen35", True, 0, 0),
+        ("dense_mtp_target", "glm4moe", False, 1, 0),
+        ("swa_target", "gemma3", False, 0, 8),
+    ],
+)
+def test_architecture_and_cache_kind(request, fixture, arch, hybrid, nextn, n_swa):
+    with loaded(request.getfixturevalue(fixture)) as (lib, model):
+        assert meta(lib, model, "general.architecture") == arch
+        assert lib.llama_model_is_hybrid(model) is hybrid
+        assert lib.llama_model_is_recurrent(model) is False
+        assert lib.llama_model_n_layer_nextn(model) == nextn
+        assert lib.llama_model_n_swa(model) == n_swa
+
+
+def test_writers_are_fast_and_files_small(tmp_path):
+    for name, write, kwargs in [
+        ("qwen35", write_qwen35_gguf, {}),
+        ("qwen35-mtp", write_qwen35_gguf, {"n_nextn": 1}),
+        ("glm4moe", write_glm4moe_gguf, {}),
+        ("gemma3", write_gemma3_gguf, {}),
+    ]:
+        start = time.perf_counter()
+        path = write(tmp_path / f"{name}.gguf", **kwargs)
+        assert time.perf_counter() - start < 2.0, name
+        assert path.stat().st_size < 4 * 2**20, name
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_greedy_generation_is_deterministic_and_varied(request, fixture):
+    path = request.getfixturevalue(fixture)
+    first, other = greedy_tokens(path, [PROMPT, "hello world"], 32)
+    assert greedy_tokens(path, [PROMPT], 32) == [first]
+    assert len(set(first)) >= 8, first  # greedy runs may end early, on an end-of-generation token
+    assert other != first
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_same_vocabulary_as_the_tiny_target(request, tiny_target, fixture):
+    with loaded(tiny_target, vocab_only=True) as (lib, base), loaded(request.getfixturevalue(fixture), vocab_only=True) as (_, model):
+        va, vb = lib.llama_model_get_vocab(base), lib.llama_model_get_vocab(model)
+        n = lib.llama_vocab_n_tokens(va)
+        assert lib.llama_vocab_n_tokens(vb) == n
+        assert [lib.llama_vocab_get_text(vb, i) for i in range(n)] == [lib.llama_vocab_get_text(va, i) for i in range(n)]
+        assert (lib.llama_vocab_bos(vb), lib.llama_vocab_eos(vb)) == (lib.llama_vocab_bos(va), lib.llama_vocab_eos(va))
+
+
+def test_hybrid_cache_rolls_back_only_with_snapshots(hybrid_target):
+    with loaded(hybrid_target) as (lib, model):
+        for n_rs_seq, can_cut in ((0, False), (4, True)):
+            with context(lib, model, n_rs_seq=n_rs_seq) as ctx:
+                memory = lib.llama_get_memory(ctx)
+                assert lib.llama_n_rs_seq(ctx) == n_rs_seq
+                assert lib.llama_memory_can_shift(memory) is False
+                decode(lib, ctx, tokenize(lib, model, PROMPT))
+                end = lib.llama_memory_seq_pos_max(memory, 0) + 1
+                assert lib.llama_memory_seq_rm(memory, 0, end - 2, -1) is can_cut
+                assert lib.llama_memory_seq_pos_max(memory, 0) == (end - 3 if can_cut else end - 1)
+
+
+def test_hybrid_draft_agrees_with_the_target_part_of_the_time(hybrid_target, hybrid_draft):
+    run = greedy_tokens(hybrid_target, [PROMPT], 48)[0]
+    predictions = []
+    for path in (hybrid_target, hybrid_draft):
+        with loaded(path) as (lib, model), context(lib, model) as ctx:
+            tokens = tokenize(lib, model, PROMPT) + run
+            decode(lib, ctx, tokens, all_logits=True)
+            n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
+            rows = range(len(tokens) - len(run) - 1, len(tokens) - 1)
+            predictions.append([int(np.argmax(np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, i), shape=(n_vocab,)))) for i in rows])
+    assert predictions[0] == run  # the batch reproduces the target's greedy run
+    agreement = np.mean([a == b for a, b in zip(*predictions)])
+    assert 0.1 <= agreement <= 0.9, agreement
+
+
+def probe_logits(lib, ctx, model, pos, token=42):
+    """Decode `token` at `pos` and return its logits: what the cache holds shows in them."""
+    decode(lib, ctx, [token], pos)
+    n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
+    return np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
+
+
+def fresh_logits(lib, ctx, model, tokens):
+    """The logits after `tokens` decoded into an emptied cache in one batch."""
+    lib.llama_memory_clear(lib.llama_get_memory(ctx), True)
+    decode(lib, ctx, tokens[:-1])
+    return probe_logits(lib, ctx, model, len(tokens) - 1, tokens[-1])
+
+
+def test_hybrid_rollback_inside_the_last_batch_is_exact(hybrid_target):
+    """The speculative pattern: a batch of K + 1 tokens, then up to n_rs_seq = K of them taken back;
+    the state after the cut is the one a fresh decode of the kept tokens has. One more is refused."""
+    k = 4
+    with loaded(hybrid_target) as (lib, model), context(lib, model, n_rs_seq=k) as ctx, context(lib, model) as ref:
+        memory = lib.llama_get_memory(ctx)
+        prompt = tokenize(lib, model, PROMPT)
+        batch = greedy_tokens(hybrid_target, [PROMPT], k + 1)[0][::-1]  # not what the model would say
+        end = len(prompt) + k + 1
+        for m in range(1, k + 2):
+            lib.llama_memory_clear(memory, True)
+            decode(lib, ctx, prompt)
+            decode(lib, ctx, batch, len(prompt))
+            if m > k:
+                assert lib.llama_memory_seq_rm(memory, 0, end - m, -1) is False
+                assert lib.llama_memory_seq_pos_max(memory, 0) == end - 1  # a refused cut changes nothing
+                continue
+            assert lib.llama_memory_seq_rm(memory, 0, end - m, -1) is True
+            got = probe_logits(lib, ctx, model, end - m)
+            want = fresh_logits(lib, ref, model, prompt + batch[: k + 1 - m] + [42])
+            assert np.abs(got - want).max() < 1e-3, m
+
+
+def test_hybrid_snapshots_cover_only_the_last_decode_call(hybrid_target):
+    """Snapshots are written for the tokens of the last llama_decode call only, and seq_rm does not
+    check that: after single-token calls a one-token cut is accepted but leaves a wrong state. A
+    second cut before the next decode is refused."""
+    with loaded(hybrid_target) as (lib, model), context(lib, model, n_rs_seq=4) as ctx, context(lib, model) as ref:
+        memory = lib.llama_get_memory(ctx)
+        tokens = tokenize(lib, model, PROMPT) + greedy_tokens(hybrid_target, [PROMPT], 3)[0]
+        decode(lib, ctx, tokens[:-3])
+        for pos in range(len(tokens) - 3, len(tokens)):
+            decode(lib, ctx, [tokens[pos]], pos)
+        assert lib.llama_memory_seq_rm(memory, 0, len(tokens) - 1, -1) is True
+        assert lib.llama_memory_seq_rm(memory, 0, len(tokens) - 2, -1) is False
+        got = probe_logits(lib, ctx, model, len(tokens) - 1)
+        want = fresh_logits(lib, ref, model, tokens[:-1] + [42])
+        assert np.abs(got - want).max() > 0.5
+
+
+def test_hybrid_context_needs_a_ubatch_longer_than_the_snapshots(hybrid_target):
+    """llama.cpp keeps a sequence's last n_rs_seq + 1 tokens in one ubatch and aborts the process on
+    the first decode when n_ubatch is not larger than that."""
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from test_arch_models import loaded, context, decode\n"
+        "with loaded(sys.argv[2]) as (lib, model), context(lib, model, n_rs_seq=4, n_batch=int(sys.argv[3]), n_ubatch=int(sys.argv[3])) as ctx:\n"
+        "    decode(lib, ctx, [5])\n"
+        "print('decoded')\n"
+    )
+    here = str(Path(__file__).parent)
+    runs = {n: subprocess.run([sys.executable, "-c", script, here, str(hybrid_target), str(n)], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "GGML_NO_BACKTRACE": "1"}) for n in (5, 6)}
+    assert runs[6].returncode == 0 and "decoded" in runs[6].stdout, runs[6].stderr[-2000:]
+    assert runs[5].returncode != 0 and "decoded" not in runs[5].stdout
+    assert "n_ubatch > n_keep_tail" in runs[5].stderr
+
+
+def test_dense_mtp_trunk_has_a_plain_cache(dense_mtp_target):
+    with loaded(dense_mtp_target) as (lib, model), context(lib, model, n_rs_seq=4) as ctx:
+        memory = lib.llama_get_memory(ctx)
+        assert lib.llama_n_rs_seq(ctx) == 0  # llama.cpp drops snapshots a cache does not need
+        assert lib.llama_memory_can_shift(memory) is True
+        decode(lib, ctx, tokenize(lib, model, PROMPT))
+        assert lib.llama_memory_seq_rm(memory, 0, 1, -1) is True
+        assert lib.llama_memory_seq_pos_max(memory, 0) == 0
+
+
+def test_sliding_window_cells_leave_the_cache(swa_target):
+    # The window cache holds n_swa + n_ubatch cells, rounded up to 256: past that, old cells go.
+    tokens = greedy_tokens(swa_target, [PROMPT], 1)[0] * 300
+    with loaded(swa_target) as (lib, model):
+        for swa_full, expect_gone in ((False, True), (True, False)):
+            with context(lib, model, n_batch=16, n_ubatch=16, swa_full=swa_full) as ctx:
+                memory = lib.llama_get_memory(ctx)
+                for pos, token in enumerate(tokens):
+                    decode(lib, ctx, [token], pos)
+                pos_min = lib.llama_memory_seq_pos_min(memory, 0)
+                assert lib.llama_memory_seq_pos_max(memory, 0) == 299
+                if expect_gone:
+                    assert 0 < pos_min <= 300 - 8, pos_min
+                else:
+                    assert pos_min == 0
+
+
+def test_sliding_window_cut_keeps_a_usable_cache_only_with_its_window(swa_target):
+    """After a cut at p0 the next token attends to positions p0 - n_swa + 1 .. p0 - 1: the kept cache
+    is right while its lowest position (seq_pos_min) is at most p0 - n_swa + 1, and wrong below
+    that, though seq_rm says True either way. (llama.cpp's default context has swa_full on.)"""
+    assert _llama_cpp().llama_context_default_params().swa_full is True
+    tokens = [(37 * i) % 250 + 3 for i in range(300)]  # more than the 256-cell window cache holds
+    with loaded(swa_target) as (lib, model), context(lib, model, n_batch=16, n_ubatch=16, swa_full=False) as ctx, \
+            context(lib, model, swa_full=True) as ref:
+        memory, n_swa = lib.llama_get_memory(ctx), lib.llama_model_n_swa(model)
+        for usable in (True, False):
+            lib.llama_memory_clear(memory, True)
+            for pos, token in enumerate(tokens):
+                decode(lib, ctx, [token], pos)
+            pos_min = lib.llama_memory_seq_pos_min(memory, 0)
+            assert pos_min > 0
+            p0 = pos_min + n_swa - (1 if usable else 2)
+            assert lib.llama_memory_seq_rm(memory, 0, p0, -1) is True
+            assert lib.llama_memory_seq_pos_min(memory, 0) == pos_min
+            got = probe_logits(lib, ctx, model, p0)
+            want = fresh_logits(lib, ref, model, tokens[:p0] + [42])
+            difference = np.abs(got - want).max()
+            assert (difference < 0.05) if usable else (difference > 0.5), (usable, difference)
+
+
+def head_logits(lib, head, tokens, rows, n_vocab):
+    """The MTP head's logits at every position p, given the token at p and the hidden row `rows[p]`
+    (one llama_batch_ext entry each: a token with its hidden state as the entry's embedding)."""
+    lib.llama_memory_clear(lib.llama_get_memory(head), True)
+    batch = lib.llama_batch_ext_init(head)
+    try:
+        for p, (token, row) in enumerate(zip(tokens, rows)):
+            i = lib.llama_batch_ext_add_token(batch, 0, token)
+            assert lib.llama_batch_ext_set_pos(batch, i, (lib.llama_pos * 1)(p))
+            data = row.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            assert lib.llama_batch_ext_set_embd_token(batch, i, lib.llama_embd(data, 1, len(row)))
+            assert lib.llama_batch_ext_set_output_logits(batch, i, True)
+        assert lib.llama_process(head, lib.LLAMA_PROCESS_TYPE_DECODE, batch) == 0
+    finally:
+        lib.llama_batch_ext_free(batch)
+    return np.stack([np.ctypeslib.as_array(lib.llama_get_logits_ith(head, i), shape=(n_vocab,)).copy() for i in range(len(tokens))])
+
+
+@pytest.mark.parametrize("fixture", MTP_FIXTURES)
+def test_mtp_head_drafts_from_the_trunk_hidden_state(request, fixture):
+    """The head at position p takes the token at p and the target's hidden row of p - 1 and
+    predicts the token at p + 1: it agrees with the target sometimes, and the hidden row matters."""
+    import llama_cpp.llama_cpp_ext as ext
+
+    path = request.getfixturevalue(fixture)
+    prompts = [PROMPT, "hello world", "def count(n): return", "print the answer"]
+    agree, changed = [], []
+    with loaded(path, load_mtp=True) as (lib, model):
+        n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
+        n_embd = lib.llama_model_n_embd_out(model)
+        zeros = np.zeros(n_embd, dtype=np.float32)
+        with context(lib, model) as target, context(lib, model, ctx_type=lib.LLAMA_CONTEXT_TYPE_MTP) as head:
+            ext.llama_set_embeddings_nextn(target, True, False)  # a hidden row for every batch entry
+            ext.llama_set_embeddings_nextn(head, True, True)
+            for prompt, run in zip(prompts, greedy_tokens(path, prompts, 48)):
+                tokens = tokenize(lib, model, prompt) + run
+                lib.llama_memory_clear(lib.llama_get_memory(target), True)
+                decode(lib, target, tokens, all_logits=True)
+                want = [int(np.argmax(np.ctypeslib.as_array(lib.llama_get_logits_ith(target, i), shape=(n_vocab,)))) for i in range(len(tokens))]
+                hidden = [np.ctypeslib.as_array(ext.llama_get_embeddings_nextn_ith(target, i), shape=(n_embd,)).copy() for i in range(len(tokens))]
+                drafted = head_logits(lib, head, tokens, [zeros] + hidden[:-1], n_vocab)
+                blind = head_logits(lib, head, tokens, [zeros] * len(tokens), n_vocab)
+                assert np.isfinite(drafted).all()
+                agree += [int(np.argmax(drafted[p])) == want[p] for p in range(1, len(tokens))]
+                changed += list(np.argmax(drafted[1:], axis=1) != np.argmax(blind[1:], axis=1))
+    assert 0.03 <= np.mean(agree) < 0.9, np.mean(agree)
+    assert np.mean(changed) >= 0.05, np.mean(changed)  # the head's drafts depend on the hidden row
+
+
+def test_hybrid_writer_refuses_a_trunk_without_attention(tmp_path):
+    with pytest.raises(ValueError, match="full-attention"):
+        write_qwen35_gguf(tmp_path / "no-attention.gguf", n_layer=2)

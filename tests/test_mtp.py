@@ -1,0 +1,206 @@
+"""Drafting with the target's own multi-token-prediction head (`--spec mtp`) on the tiny MTP
+fixtures: greedy output is plain decoding's, sampled output follows the target's distribution, and
+every mode runs on the hybrid and sliding-window targets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_helpers import specrun
+from test_engine import CHI2_999, RUNS, sampled_fit
+
+from specrun.engine.auto.costs import DecodeCosts
+from specrun.engine.sampling import SamplingParams
+from specrun.runtime.pair import Pair, PairConfig
+
+PROMPT = "the quick brown fox"
+
+
+def run_json(*args: str) -> dict:
+    result = specrun("run", PROMPT, *args, "--threads", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("fixture", ["hybrid_mtp_target", "dense_mtp_target"])
+def test_mtp_greedy_output_is_plain_decoding(request, fixture):
+    target = str(request.getfixturevalue(fixture))
+    common = ("--target", target, "--temp", "0", "-n", "200", "--ignore-eos")
+    mtp = run_json(*common, "--spec", "mtp")
+    plain = run_json(*common, "--draft", "none")
+    assert mtp["text"] == plain["text"]
+    stats = mtp["stats"]
+    assert stats["generated_tokens"] == 200 and stats["by_drafter"]["mtp"]["drafted"] > 0
+    assert stats["accepted"] > 0 and stats["steps"] < plain["stats"]["steps"]  # the head's drafts do get accepted
+    drafted, accepted = stats["drafted_by_position"], stats["accepted_by_position"]
+    assert len(drafted) == len(accepted) == 4 and sum(accepted) == stats["accepted"]
+    assert all(a <= d for a, d in zip(accepted, drafted)) and accepted == sorted(accepted, reverse=True)
+
+
+def test_mtp_on_a_model_without_heads_is_one_line_exit_3(hybrid_target):
+    result = specrun("run", PROMPT, "--target", str(hybrid_target), "--spec", "mtp", "-n", "4")
+    assert result.returncode == 3
+    assert result.stderr.count("\n") <= 1 and "has none" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def mtp_pair(hybrid_mtp_target):
+    pair = Pair(PairConfig(hybrid_mtp_target, None, ctx_size=512, threads=1))
+    yield pair
+    pair.close()
+
+
+def test_the_target_with_heads_loads_them_and_reads_its_hidden_rows(mtp_pair):
+    session = mtp_pair.session
+    assert mtp_pair.target_model.mtp_heads == 1
+    assert session.mtp is not None and session.head_ctx is not None and session.target_ctx.hidden
+    assert session.head_ctx.rewind == "positions" and session.target_ctx.rewind == "snapshots"
+
+
+# The head's own distribution, at a temperature below 1, is what the rejection sampler corrects.
+SAMPLED = "1 2 3 4"  # no near-tie at the top-k edge for the first two tokens (see first_two_distribution)
+WARM = SamplingParams(temperature=0.8, top_k=3, top_p=1.0, min_p=0.0)
+HEAD_PAYS = DecodeCosts({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, None, mtp_s={1: 0.0005, 32: 0.002})
+
+
+@pytest.mark.parametrize("mode", ["off", "mtp", "auto"])
+def test_sampled_first_two_tokens_follow_the_target_distribution(mtp_pair, mode):
+    session = mtp_pair.session
+    saved = session.costs, session._auto
+
+    def afresh() -> None:  # auto starts from costs under which the head pays, every run
+        session.costs, session._auto = HEAD_PAYS, None
+
+    try:
+        chi2, drafted, detail = sampled_fit(mtp_pair, mtp_pair.prompt_tokens(SAMPLED, chat=False), mode, afresh, sampling=WARM)
+    finally:
+        session.costs, session._auto = saved
+    assert (drafted > RUNS // 10) == (mode != "off")
+    assert chi2 < CHI2_999, detail
+
+
+MODES = ["draft", "ngram", "hybrid", "auto", "mtp"]
+
+
+@pytest.mark.parametrize("temperature", ["0", "0.8"])
+@pytest.mark.parametrize("fixture", ["hybrid_mtp_target", "swa_target"])
+def test_every_mode_runs_on_hybrid_and_sliding_window_targets(request, hybrid_draft, fixture, temperature):
+    target = str(request.getfixturevalue(fixture))
+    common = ("--target", target, "--temp", temperature, "-n", "64", "--ignore-eos", "--seed", "1")
+    plain = run_json(*common, "--draft", "none")
+    for mode in MODES:
+        if mode == "mtp" and fixture == "swa_target":  # no heads: the one-line refusal
+            result = specrun("run", PROMPT, *common, "--spec", mode, "--json")
+            assert result.returncode == 3 and "Traceback" not in result.stderr, result.stderr
+            continue
+        draft = ("--draft", str(hybrid_draft)) if mode in ("draft", "hybrid") else ()
+        doc = run_json(*common, *draft, "--spec", mode)
+        assert doc["stats"]["generated_tokens"] == 64, mode
+        if temperature == "0":
+            assert doc["text"] == plain["text"], mode
+
+
+def test_serve_answers_four_concurrent_requests_as_alone(hybrid_mtp_target, swa_target):
+    import threading
+
+    import openai
+    from serve_helpers import FLAT_COSTS, WAIT, load_pair, served
+
+    prompts = ["hello", "abc abc abc abc", PROMPT, "def f(x):"]
+    for target, mode in ((hybrid_mtp_target, "mtp"), (swa_target, "ngram")):
+        pair = load_pair(target, None)
+        try:
+            with served(pair, costs=FLAT_COSTS, parallel=4, mode=mode, draft_max=4) as running:
+                client = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=WAIT)
+
+                def complete(prompt: str) -> str:
+                    return client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=0).choices[0].text
+
+                alone = [complete(p) for p in prompts]
+                together: dict[int, str] = {}
+                threads = [threading.Thread(target=lambda i=i, p=p: together.__setitem__(i, complete(p))) for i, p in enumerate(prompts)]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join(WAIT)
+            assert [together[i] for i in range(len(prompts))] == alone, target
+        finally:
+            pair.close()
+
+
+def test_a_cache_that_cannot_rewind_decodes_plain_in_every_mode_said_once(hybrid_mtp_target):
+    said: list[str] = []
+    pair = Pair(PairConfig(hybrid_mtp_target, None, ctx_size=512, threads=1), warn=said.append)
+    try:
+        session = pair.session
+        session.target_ctx.rewind, session.target_ctx.snapshots = "none", 0  # as a recurrent cache without snapshots
+        prompt = pair.prompt_tokens(PROMPT, chat=False)
+        from test_engine import settings
+
+        for mode in ("mtp", "ngram", "auto"):
+            generation = pair.generation(prompt, settings(max_tokens=12), mode=mode)
+            list(generation.run())
+            assert generation.stats.drafted == 0 and generation.policy.mode == "off", mode
+        assert session.rollback() == {"kind": "none", "limit": 0, "mtp_heads": 1}
+        assert sum("cannot take tokens back" in line for line in said) == 1
+    finally:
+        pair.close()
+
+
+def test_run_json_reports_the_rollback_and_heads(hybrid_mtp_target, swa_target):
+    hybrid = run_json("--target", str(hybrid_mtp_target), "--temp", "0", "-n", "4", "--spec", "mtp")["settings"]["rollback"]
+    assert hybrid == {"kind": "snapshots", "limit": 8, "mtp_heads": 1}
+    swa = run_json("--target", str(swa_target), "--temp", "0", "-n", "4", "--draft", "none")["settings"]["rollback"]
+    assert swa == {"kind": "positions", "limit": None, "mtp_heads": 0}
+
+
+def test_check_reports_heads_and_rollback_of_a_target_alone(hybrid_mtp_target, dense_mtp_target, hybrid_target, swa_target):
+    for target, heads, kind in ((hybrid_mtp_target, 1, "snapshots"), (dense_mtp_target, 1, "positions")):
+        result = specrun("check", str(target), "--json")
+        assert result.returncode == 0, result.stderr
+        doc = json.loads(result.stdout)
+        assert doc["mtp_heads"] == heads and doc["rollback"]["kind"] == kind
+    result = specrun("check", str(hybrid_target), str(swa_target), "--json")  # a pair: its target's facts too
+    doc = json.loads(result.stdout)
+    assert doc["mtp_heads"] == 0 and doc["rollback"] == {"kind": "snapshots", "limit": 8}
+
+
+def test_doctor_reports_heads_rollback_and_the_heads_break_even(hybrid_mtp_target):
+    result = specrun("doctor", "--target", str(hybrid_mtp_target), "--draft", "none", "--threads", "1", "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["mtp_heads"] == 1 and doc["rollback"]["kind"] == "snapshots" and doc["rollback"]["limit"] == 8
+    assert doc["costs"]["mtp_token_s"] > 0 and doc["costs"]["mtp_over_plain"] > 0
+    assert [e["k"] for e in doc["break_even"]["mtp"]][:4] == [1, 2, 3, 4]
+
+
+def test_drafts_lists_the_built_in_heads_first(hybrid_mtp_target, hybrid_target):
+    result = specrun("drafts", str(hybrid_mtp_target), "--json")
+    assert result.returncode == 0, result.stderr
+    first = json.loads(result.stdout)["drafts"][0]
+    assert first["name"] == "built-in MTP heads" and first["mtp_heads"] == 1
+    plain = json.loads(specrun("drafts", str(hybrid_target), "--json").stdout)["drafts"]
+    assert all(d["name"] != "built-in MTP heads" for d in plain)
+
+
+def test_the_heads_pass_costs_are_measured_and_cached_with_the_others(mtp_pair, monkeypatch):
+    from specrun.engine.auto.costs import Conditions
+    from specrun.runtime import cost_cache
+
+    session = mtp_pair.session
+    measured = session.measure()
+    assert measured.mtp_s and set(measured.mtp_s) >= {1} and all(s > 0 for s in measured.mtp_s.values())
+    assert DecodeCosts.from_dict(measured.to_dict()).mtp_s == measured.mtp_s
+    # costs kept before this target's head was timed are measured again, and the head is seeded
+    trusted = Conditions(cpu_share=1.0, major_faults=0, load_average=0.0)
+    old = DecodeCosts({1: 0.01, 2: 0.011}, None, trusted)
+    monkeypatch.setattr(cost_cache, "load", lambda key, threads=1: old)
+    monkeypatch.setattr(cost_cache, "store", lambda key, costs, threads=1: [])
+    saved = session.costs
+    try:
+        session.costs = None
+        assert session.decode_costs().mtp_s
+        assert "mtp" in session.controller(4).passes
+    finally:
+        session.costs = saved

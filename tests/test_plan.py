@@ -1,0 +1,115 @@
+"""Who drafts how much in a step of one or many sequences (engine.auto.plan), with made-up costs
+and acceptance: pure functions, no model, no clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from specrun.defaults import LOOKUP, MODEL
+from specrun.engine.auto.control import Controller
+from specrun.engine.auto.plan import Candidate, Costs, Grant, Option, allocate, fixed
+
+
+def linear(per_token: float = 0.01):
+    """A pass costs in proportion to its tokens, as on a CPU whose cores a single token already fills."""
+    return lambda n: per_token * n
+
+
+def flat(seconds: float = 0.01, per_token: float = 0.0001):
+    """A pass costs about the same whatever its size, as on a GPU."""
+    return lambda n: seconds + per_token * n
+
+
+def lookup(seq: int, rate: float, n: int = 8, k_max: int = 8) -> Candidate:
+    return Candidate(seq, [Option(LOOKUP, [rate] * n)], k_max)
+
+
+def test_nothing_drafts_when_batch_cost_grows_with_its_size():
+    candidates = [lookup(0, 0.99), lookup(1, 0.95), lookup(2, 0.9), lookup(3, 0.99)]
+    alloc = allocate(candidates, Costs(linear()), max_rows=512)
+    assert alloc.drafts == {}
+    assert alloc.tokens == 4 and alloc.seconds == pytest.approx(0.04)
+
+
+def test_alone_a_sure_draft_pays_even_on_a_growing_cost_when_its_tokens_are_nearly_free():
+    # A CPU whose pass over 16 tokens costs only 3 single ones (tiles): a long, sure lookup draft pays.
+    costs = Costs(lambda n: 0.01 if n == 1 else 0.03 if n <= 16 else 0.01 * n)
+    alloc = allocate([lookup(0, 0.95, n=15, k_max=31)], costs, max_rows=512)
+    assert alloc.drafts == {0: (LOOKUP, 15)}
+
+
+def test_the_request_with_better_acceptance_gets_the_draft_tokens():
+    # Each extra row costs a tenth of a plain step of the two: worth only sure tokens.
+    costs = Costs(lambda n: 0.02 + 0.004 * max(0, n - 2))
+    alloc = allocate([lookup(0, 0.3), lookup(1, 0.9)], costs, max_rows=512)
+    assert 0 not in alloc.drafts
+    assert alloc.drafts[1][0] == LOOKUP and alloc.drafts[1][1] >= 4
+
+
+def test_everyone_drafts_when_passes_are_flat():
+    alloc = allocate([lookup(0, 0.8), lookup(1, 0.7)], Costs(flat()), max_rows=512)
+    assert alloc.drafts == {0: (LOOKUP, 8), 1: (LOOKUP, 8)}
+    assert alloc.tokens > 2 * (1 + 0.7 + 0.49)
+
+
+def test_the_batch_never_exceeds_its_rows():
+    alloc = allocate([lookup(s, 0.9) for s in range(4)], Costs(flat()), max_rows=10)
+    assert 4 + sum(k for _, k in alloc.drafts.values()) <= 10
+    alloc = allocate([lookup(s, 0.9) for s in range(4)], Costs(flat()), max_rows=40, base_rows=30)
+    assert 30 + 4 + sum(k for _, k in alloc.drafts.values()) <= 40
+
+
+def test_a_costly_draft_model_is_not_used_and_a_cheap_one_is():
+    model = Candidate(0, [Option(MODEL, [0.8] * 8)], 8)
+    dear = allocate([model], Costs(flat(), {MODEL: lambda n: 0.02}), max_rows=512)
+    cheap = allocate([model], Costs(flat(), {MODEL: lambda n: 0.001}), max_rows=512)
+    assert dear.drafts == {}
+    assert cheap.drafts[0][0] == MODEL and cheap.drafts[0][1] >= 2
+
+
+def test_a_draft_model_pass_is_shared_by_every_request_drafting_with_it():
+    # Each depth's draft pass costs the same for 1 row or 4. Alone, a request drafts; in a batch of
+    # four, each lengthening its draft alone would pay a whole pass for one row and never pay.
+    costs = Costs(flat(), {MODEL: lambda n: 0.004})
+    model = [Option(MODEL, [0.6, 0.6, 0.5, 0.5, 0.4, 0.4, 0.3, 0.3])]
+    one = allocate([Candidate(0, model, 8)], costs, max_rows=512)
+    four = allocate([Candidate(s, model, 8) for s in range(4)], costs, max_rows=512)
+    assert one.drafts == {0: (MODEL, 1)}
+    assert four.drafts == {s: (MODEL, 1) for s in range(4)}
+
+
+def test_a_request_drafts_with_one_drafter_per_step():
+    cand = Candidate(0, [Option(LOOKUP, [0.9] * 3), Option(MODEL, [0.9] * 8)], 8)
+    alloc = allocate([cand], Costs(flat(), {MODEL: lambda n: 0.0001}), max_rows=512)
+    assert alloc.drafts[0][0] in (LOOKUP, MODEL)
+    assert alloc.drafts[0][1] <= (3 if alloc.drafts[0][0] == LOOKUP else 8)
+
+
+def test_a_probe_is_granted_whatever_the_estimates_say():
+    probe = Option(MODEL, [0.01] * 8)
+    alloc = allocate([Candidate(0, [probe], 8)], Costs(linear(), {MODEL: lambda n: 0.01}), max_rows=512, grants=[Grant(0, probe, 2)])
+    assert alloc.drafts == {0: (MODEL, 2)}
+
+
+def test_the_fixed_modes_draft_their_k_however_full_the_batch():
+    cands = [Candidate(s, [Option(LOOKUP, [0.9] * 3), Option(MODEL, [0.5] * 8)], 8) for s in range(3)]
+    assert fixed(cands, "draft", 4, max_rows=512).drafts == {s: (MODEL, 4) for s in range(3)}
+    assert fixed(cands, "ngram", 4, max_rows=512).drafts == {s: (LOOKUP, 3) for s in range(3)}  # as far as the lookup goes
+    unsure = [Candidate(0, [Option(LOOKUP, [0.2] * 3), Option(MODEL, [0.5] * 8)], 8)]
+    assert fixed(unsure, "hybrid", 4, max_rows=512).drafts == {0: (MODEL, 4)}
+    assert fixed(cands, "hybrid", 4, max_rows=512).drafts[0] == (LOOKUP, 3)
+
+
+def test_the_draft_model_can_pay_only_when_its_passes_and_verification_are_cheap():
+    sizes = (1, 2, 4, 8, 16, 32)
+
+    def judged(verify, draft) -> bool:
+        controller = Controller([LOOKUP, MODEL], 8)
+        controller.seed({n: verify(n) for n in sizes}, {MODEL: {n: draft(n) for n in sizes}} if draft else None)
+        return not controller.hopeless(MODEL)
+
+    assert judged(flat(), lambda n: 0.001)
+    assert not judged(linear(), lambda n: 0.006 * n)  # this project's CPU: 0.6 of a target token
+    unknown = Controller([LOOKUP, MODEL], 8)
+    unknown.seed({n: flat()(n) for n in sizes})
+    assert MODEL not in unknown.costs().draft and unknown.best().drafter is None  # unmeasured: never chosen on estimates

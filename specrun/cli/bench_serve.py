@@ -22,6 +22,7 @@ from ..bench.environment import environment, load_average
 from ..bench.prompts import BenchPrompt
 from ..bench.render import markdown_table
 from ..bench.serve_load import LoadRequest, burst, mark_identical, record, send, table_rows, warnings, workload
+from ..engine import compute_thread
 from ..engine.auto.costs import DecodeCosts
 from ..engine.llama import Context
 from ..engine.identity import check_output, logit_noise, tolerance_from_noise
@@ -107,7 +108,7 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
         runs: list[dict] = []
         if not out.quiet:
             out.warn("bench --serve: measuring batch costs")
-        calibration = _calibrate(loaded, max(bench.concurrency))
+        calibration = compute_thread.call(_calibrate, loaded, max(bench.concurrency))  # where the servers decode
         for temperature in bench.temperatures:
             for concurrency in bench.concurrency:
                 for schedule in bench.schedules:
@@ -117,7 +118,7 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
                                                                  calibration)
                             runs.append(record(mode, schedule, concurrency, repetition, temperature, outcomes, makespan, share))
                             _progress(out, runs[-1])
-        judge(loaded, requests, mark_identical(runs), runtime.ctx_size, bench.variables)
+        compute_thread.call(judge, loaded, requests, mark_identical(runs), runtime.ctx_size, bench.variables)
         cpus = (env.get("machine") or {}).get("cpu_count") or 0
         return {
             "schema": SCHEMA,

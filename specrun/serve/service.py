@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import defaults
+from ..engine import compute_thread
 from ..engine.sequence import GenerationSettings
 from ..engine.sampling import SamplingParams
 from ..errors import SpecrunError
@@ -73,7 +74,7 @@ class Service:
         if costs is None:
             if warn is not None:
                 warn("specrun serve: measuring batch costs")
-            self.session.costs = self.session.measure()
+            self.session.costs = compute_thread.call(self.session.measure)  # the engine loop's thread
         self.session.check_mode(options.mode)
         self.engine = self.session.engine
         model = self.engine.model

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..engine import compute_thread
 from ..engine.auto.control import Controller
 from ..engine.sequence import SequenceState
 from ..engine.step import Engine, StepReport, Update
@@ -115,7 +116,7 @@ class Worker:
         self._draining = False
         self._deadline: float | None = None
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._loop: compute_thread.Job | None = None  # the engine loop on the compute thread, once started
         self._failure: str | None = None  # why the engine thread ended, when it did
         self.served = 0
 
@@ -154,8 +155,8 @@ class Worker:
     def _failure_locked(self) -> str | None:
         if self._failure is not None:
             return self._failure
-        thread = self._thread
-        if thread is not None and not thread.is_alive() and not self._stopping:
+        loop = self._loop
+        if loop is not None and loop.future.done() and not self._stopping:
             return "the engine thread ended"
         return None
 
@@ -204,8 +205,7 @@ class Worker:
     # -- the engine thread -------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="specrun-engine", daemon=True)
-        self._thread.start()
+        self._loop = compute_thread.submit(self._run)  # where the server's costs were measured: one OpenMP team
 
     def drain(self, grace: float) -> None:
         """Take no new requests, fail the waiting ones, and cancel active ones after `grace` seconds."""
@@ -227,8 +227,8 @@ class Worker:
         with self.changed:
             self._stopping = True
             self.changed.notify_all()
-        if self._thread is not None:
-            self._thread.join()
+        if self._loop is not None:
+            self._loop.future.exception()  # waits; _run says why it ended through _die
 
     def _run(self) -> None:
         try:

@@ -9,6 +9,7 @@ arithmetic, which must hold the same promise.
 
 from __future__ import annotations
 
+import gc
 import struct
 import time
 from datetime import timedelta
@@ -92,9 +93,8 @@ def seeds(tmp_path_factory) -> list[bytes]:
     return out
 
 
-def _check(data: bytes) -> None:
-    """The property: a header or the reader's own error, within the bound; sizes likewise."""
-    start = time.thread_time()
+def _read(data: bytes) -> None:
+    """The property: a header or the reader's own error; sizes likewise."""
     try:
         head = parse_header(data, len(data))
     except ValueError as error:  # NotGGUF, Truncated, Corrupt: all the CLI's one-line exit 2
@@ -107,8 +107,30 @@ def _check(data: bytes) -> None:
             assert isinstance(sizes_from_header(head, "x.gguf"), ModelSize)
         except ModelFileError as error:
             assert error.exit_code == 2
-    seconds = time.thread_time() - start
-    assert seconds < TIME_BOUND_S, f"{seconds * 1000:.1f} ms for {len(data)} bytes"
+
+
+def _cpu_seconds(data: bytes) -> float:
+    """CPU time of one read with the collector held off, so a GC pass is not charged to the reader."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.thread_time()
+        _read(data)
+        return time.thread_time() - start
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _check(data: bytes) -> None:
+    """The property, and the bound on the best of three reads: a walk that is really slow is slow
+    every time, while a one-off stall (a lazy import, a page fault on a loaded machine) is not."""
+    best = _cpu_seconds(data)
+    for _ in range(2):
+        if best < TIME_BOUND_S:
+            break
+        best = min(best, _cpu_seconds(data))
+    assert best < TIME_BOUND_S, f"{best * 1000:.1f} ms for {len(data)} bytes (best of three)"
 
 
 # ---- mutated valid headers -------------------------------------------------------------------------

@@ -146,7 +146,7 @@ def test_a_worker_killed_mid_generation_ends_the_run_with_one_line_and_the_text_
     assert time.monotonic() - killed < 30
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1 and "lost the RPC worker" in lines[0] and doomed.endpoint in lines[0], lines
-    assert len(out) > size - 64
+    assert len(out) >= size - 64  # what the loop above waited for was written before the kill
     # The worker computed with one thread, as this run does: llama.cpp's sums depend on the thread count.
     local = subprocess.run([sys.executable, "-m", "specrun", "run", "hi", *long_run, "-n", "4000"], capture_output=True, timeout=300, env=cli_env())
     assert local.returncode == 0 and len(local.stdout) > len(out)
@@ -177,17 +177,22 @@ def test_worker_usage_errors_and_a_busy_port(worker):
 
 def test_costs_measured_with_a_worker_are_kept_apart_from_local_ones(worker, tiny_target, tiny_draft):
     args = ["abc abc", "--target", tiny_target, "--draft", tiny_draft, "-n", "4", *GREEDY, "--spec", "auto", "-t", "1", "-c", "512"]
-    specrun("run", *args)  # the local costs: measured now, or by an earlier test
-    assert "measuring decode costs" not in specrun("run", *args).stderr
+    # A tiny model's curve is noisy (over a link a pass takes about a round trip whatever its size,
+    # and locally small passes jitter too), so it can fail the sanity checks and be measured again;
+    # once one is kept, it is reused.
+    assert _until_kept(args)
     remote = [*args, "--rpc", worker.endpoint, "-ngl", "all"]
     assert "measuring decode costs" in specrun("run", *remote).stderr
-    # A tiny model's passes over a link take about a round trip whatever their size, so a noisy
-    # curve can fail the sanity checks and be measured again; once one is kept, it is reused.
-    for _ in range(4):
-        stderr = specrun("run", *remote).stderr
-        if "measuring decode costs" not in stderr:
-            break
-    assert "measuring decode costs" not in stderr
+    assert _until_kept(remote)
+    assert "measuring decode costs" not in specrun("run", *args).stderr  # the local curve is still there
+
+
+def _until_kept(args) -> bool:
+    """Run until a run measures nothing: True once a kept curve is reused (within five runs)."""
+    for _ in range(5):
+        if "measuring decode costs" not in specrun("run", *args).stderr:
+            return True
+    return False
 
 
 def test_doctor_lists_the_worker_and_places_the_target_on_it(worker, tiny_target, tiny_draft):

@@ -10,9 +10,10 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -421,20 +422,13 @@ class Context(FreedOnCollection):
         total = self._check(segments)
         if not copy and total > self.n_batch:
             raise ValueError("views of the logits need the segments in one pass")
-        bases = [len(self.tokens[seg.seq]) for seg in segments]
         out: list[list[np.ndarray]] = [[] for _ in segments]
-        try:
+        with self._appending(segments) as bases:
             if total <= self.n_batch:
                 self._pass(segments, bases, [(i, 0, len(seg.tokens)) for i, seg in enumerate(segments)], out, copy)
             else:
                 for pieces in self._chunks(segments):
                     self._pass(segments, bases, pieces, out, True)
-        except BaseException:
-            for seg, base in zip(segments, bases):
-                _llama().llama_memory_seq_rm(self.memory, seg.seq, base, -1)
-            raise
-        for seg in segments:
-            self.tokens[seg.seq].extend(seg.tokens)
         return [None if seg.logits == "none" else (rows[0][-1] if seg.logits == "last" else
                                                    rows[0] if len(rows) == 1 else np.concatenate(rows))
                 for seg, rows in zip(segments, out)]
@@ -532,19 +526,26 @@ class Context(FreedOnCollection):
         if self._head_batch is None:
             raise ValueError("feed_head needs a context made with head=True")
         self._check([Segment(seg.seq, seg.tokens) for seg in segments])
-        bases = [len(self.tokens[seg.seq]) for seg in segments]
         entries = [(index, i) for index, seg in enumerate(segments) for i in range(len(seg.tokens))]
         out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(segments)
-        try:
+        with self._appending(segments) as bases:
             for start in range(0, len(entries), self.n_batch):
                 self._head_pass(segments, bases, entries[start:start + self.n_batch], out)
+        return out
+
+    @contextmanager
+    def _appending(self, segments) -> Iterator[list[int]]:
+        """The passes inside append each segment's tokens to its sequence (yields where each
+        starts): all of them when they succeed, none of them when one fails."""
+        bases = [len(self.tokens[seg.seq]) for seg in segments]
+        try:
+            yield bases
         except BaseException:
             for seg, base in zip(segments, bases):
                 _llama().llama_memory_seq_rm(self.memory, seg.seq, base, -1)
             raise
         for seg in segments:
             self.tokens[seg.seq].extend(seg.tokens)
-        return out
 
     def _head_pass(self, segments, bases, entries, out) -> None:
         """One llama_process of (segment, entry) pairs through llama_batch_ext, which carries a

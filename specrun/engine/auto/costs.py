@@ -175,23 +175,10 @@ def time_batches(ctx: Context, tokens: Sequence[int], sizes: Sequence[int], reps
     Sizes are interleaved within each repetition and the cache is trimmed back after every pass,
     so each one sees the same context length. The cache is left holding `tokens`.
     """
-    ctx.trim(seq, 0)
-    ctx.feed(seq, list(tokens), "none")
-    base = len(ctx.tokens[seq])
-    filler = list(tokens) * (max(sizes) // max(len(tokens), 1) + 1)
-    times: dict[int, list[float]] = {size: [] for size in sizes}
-    for rep in range(reps + 1):
-        for size in sizes:
-            start = time.perf_counter()
-            if rep and meter is not None:
-                with meter:
-                    ctx.feed(seq, filler[:size], "all" if size > 1 else "last")
-            else:
-                ctx.feed(seq, filler[:size], "all" if size > 1 else "last")
-            if rep:  # the first round warms up
-                times[size].append(time.perf_counter() - start)
-            ctx.trim(seq, base)
-    return {size: min(values) for size, values in times.items()}
+    def feed(items: Sequence[int], last: bool) -> None:
+        ctx.feed(seq, list(items), ("all" if len(items) > 1 else "last") if last else "none")
+
+    return _time_passes(ctx, seq, feed, tokens, sizes, reps, meter)
 
 
 def time_head(head: Context, tokens: Sequence[int], sizes: Sequence[int], reps: int, meter: Meter | None = None,
@@ -203,9 +190,15 @@ def time_head(head: Context, tokens: Sequence[int], sizes: Sequence[int], reps: 
     def feed(items: Sequence[int], last: bool) -> None:
         head.feed_head([HeadSegment(seq, list(items), [zeros] * len(items), last)])
 
-    head.trim(seq, 0)
+    return _time_passes(head, seq, feed, tokens, sizes, reps, meter)
+
+
+def _time_passes(ctx: Context, seq: int, feed: Callable[[Sequence[int], bool], None], tokens: Sequence[int],
+                 sizes: Sequence[int], reps: int, meter: Meter | None) -> dict[int, float]:
+    """The timing loop of both: `feed(items, last)` appends items to `seq` (`last`: with outputs)."""
+    ctx.trim(seq, 0)
     feed(tokens, False)
-    base = len(head.tokens[seq])
+    base = len(ctx.tokens[seq])
     filler = list(tokens) * (max(sizes) // max(len(tokens), 1) + 1)
     times: dict[int, list[float]] = {size: [] for size in sizes}
     for rep in range(reps + 1):
@@ -216,9 +209,9 @@ def time_head(head: Context, tokens: Sequence[int], sizes: Sequence[int], reps: 
                     feed(filler[:size], True)
             else:
                 feed(filler[:size], True)
-            if rep:
+            if rep:  # the first round warms up
                 times[size].append(time.perf_counter() - start)
-            head.trim(seq, base)
+            ctx.trim(seq, base)
     return {size: min(values) for size, values in times.items()}
 
 

@@ -9,6 +9,8 @@ the `gguf` package so llama.cpp's own cache types can be tested without download
   as the architecture's MTP graph requires), the smallest dense model with a head.
 - `gemma3`: interleaved sliding-window attention (iSWA) with a small window, so drafts and chat
   turns cross it.
+- `step35`, dense: sliding-window and full-attention layers, then several MTP blocks that draft
+  one depth each (chained heads).
 
 They share the vocabulary families of tiny_models.py (default "gpt2", like the tiny llama-style
 models), so the same prompts work. Every tensor's values come from its own random stream (seeded
@@ -325,4 +327,52 @@ def write_gemma3_gguf(
         w.ones(f"blk.{il}.ffn_norm.weight", n_embd)
         _ffn(w, il, n_embd, n_ff, layer_scale)
         w.ones(f"blk.{il}.post_ffw_norm.weight", n_embd)
+    return _finish(writer, path)
+
+
+def write_step35_gguf(
+    path: Path | str,
+    *,
+    seed: int = 0,
+    n_layer: int = 2,
+    n_nextn: int = 2,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 128,
+    sliding_window: int = 8,
+    context_length: int = 1024,
+    layer_scale: float = 0.1,
+    logit_scale: float = 4.0,
+    mtp_follow: float = 0.8,
+    vocab: str = "gpt2",
+    chat_template: str | None = DEFAULT_TEMPLATE,
+    name: str = "tiny-step35",
+) -> Path:
+    """A tiny dense `step35`: `n_layer` trunk layers alternating a sliding window of
+    `sliding_window` tokens and full attention, then `n_nextn` MTP blocks (full attention) that
+    llama.cpp chains, one block per draft depth."""
+    path = Path(path)
+    writer, n_vocab = _writer(path, "step35", name, vocab, chat_template)
+    head = n_embd // n_head
+    _common(writer, n_layer_all=n_layer + n_nextn, context_length=context_length, n_embd=n_embd, n_ff=n_ff,
+            n_head=n_head, n_head_kv=n_head_kv, n_rot=head)
+    writer.add_expert_feed_forward_length(n_ff)
+    writer.add_sliding_window(sliding_window)
+    writer.add_sliding_window_pattern([il < n_layer and il % 2 == 0 for il in range(n_layer + n_nextn)])
+    if n_nextn:
+        writer.add_nextn_predict_layers(n_nextn)
+
+    w = _Weights(writer, seed)
+    _embeddings(w, n_vocab, n_embd, logit_scale)
+    for il in range(n_layer + n_nextn):
+        w.ones(f"blk.{il}.attn_norm.weight", n_embd)
+        w.random(f"blk.{il}.attn_q.weight", head * n_head, n_embd, scale=layer_scale)
+        w.random(f"blk.{il}.attn_k.weight", head * n_head_kv, n_embd, scale=layer_scale)
+        w.random(f"blk.{il}.attn_v.weight", head * n_head_kv, n_embd, scale=layer_scale)
+        w.random(f"blk.{il}.attn_output.weight", n_embd, head * n_head, scale=layer_scale)
+        w.ones(f"blk.{il}.ffn_norm.weight", n_embd)
+        _ffn(w, il, n_embd, n_ff, layer_scale)
+        if il >= n_layer:
+            _nextn(w, il, n_embd, mtp_follow, layer_scale)
     return _finish(writer, path)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from arch_models import write_gemma3_gguf, write_glm4moe_gguf, write_qwen35_gguf
+from arch_models import write_gemma3_gguf, write_glm4moe_gguf, write_step35_gguf, write_qwen35_gguf
 from tiny_models import write_tiny_gguf
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="specrun-tests-"))
@@ -209,6 +209,18 @@ def hybrid_draft(tiny_dir) -> Path:
 def dense_mtp_target(tiny_dir) -> Path:
     """A `glm4moe` with a dense two-layer trunk (a plain attention cache) and one MTP block."""
     return write_glm4moe_gguf(tiny_dir / "dense-mtp-target.gguf", name="tiny-dense-mtp")
+
+
+@pytest.fixture(scope="session")
+def chained_mtp_target(tiny_dir) -> Path:
+    """A dense `step35` (sliding-window and full layers) with two MTP blocks, chained one per depth."""
+    return write_step35_gguf(tiny_dir / "chained-mtp-target.gguf", n_nextn=2, name="tiny-chained-mtp")
+
+
+@pytest.fixture(scope="session")
+def one_head_step35(tiny_dir) -> Path:
+    """`chained_mtp_target` with its first MTP block only (the same seed: the same trunk and head 0)."""
+    return write_step35_gguf(tiny_dir / "one-head-step35.gguf", n_nextn=1, name="tiny-one-head-step35")
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from tiny_models import _llama_cpp, greedy_tokens
 
 PROMPT = "the quick brown fox"
 FIXTURES = ["hybrid_target", "hybrid_mtp_target", "hybrid_draft", "dense_mtp_target", "swa_target"]
-MTP_FIXTURES = ["hybrid_mtp_target", "dense_mtp_target"]
+MTP_FIXTURES = ["hybrid_mtp_target", "dense_mtp_target", "chained_mtp_target"]
 
 
 @contextmanager
@@ -88,6 +88,7 @@ def meta(lib, model, key):
         ("hybrid_draft", "qwen35", True, 0, 0),
         ("dense_mtp_target", "glm4moe", False, 1, 0),
         ("swa_target", "gemma3", False, 0, 8),
+        ("chained_mtp_target", "step35", False, 2, 8),
     ],
 )
 def test_architecture_and_cache_kind(request, fixture, arch, hybrid, nextn, n_swa):

@@ -480,3 +480,16 @@ def test_tokens_not_worth_verifying_alone_ride_along_when_the_batch_costs_no_mor
     assert c.trim(confidence, 31) == 15
     choice = c.choose(confidence)
     assert choice.drafter == "ngram" and choice.k == 15  # a 16-token pass costs less than 13 tokens'
+
+
+def test_a_drafter_with_a_cap_is_never_asked_for_more_than_it_drafts():
+    """Chained MTP heads draft at most one token per head: warm-ups, probes and the best choice
+    all stay within their cap while other drafters use the whole K."""
+    c = Controller(["draft", "mtp"], 8, warmup_steps=2, k_start=4, caps={"mtp": 2}, lookup=None)
+    choices = drive(c, 400, lambda d, s: 0.95, draft_cost={"draft": 0.001, "mtp": 0.0001}, costs=FLAT)
+    mtp = [x.k for x in choices if x.drafter == "mtp"]
+    assert mtp and max(mtp) == 2
+    assert max(x.k for x in choices if x.drafter == "draft") > 2
+    uncapped = Controller(["draft", "mtp"], 8, warmup_steps=2, k_start=4, lookup=None)
+    choices = drive(uncapped, 400, lambda d, s: 0.95, draft_cost={"draft": 0.001, "mtp": 0.0001}, costs=FLAT)
+    assert max(x.k for x in choices if x.drafter == "mtp") > 2

@@ -101,14 +101,14 @@ def test_every_mode_runs_on_hybrid_and_sliding_window_targets(request, hybrid_dr
             assert doc["text"] == plain["text"], mode
 
 
-def test_serve_answers_four_concurrent_requests_as_alone(hybrid_mtp_target, swa_target):
+def test_serve_answers_four_concurrent_requests_as_alone(hybrid_mtp_target, swa_target, chained_mtp_target):
     import threading
 
     import openai
     from serve_helpers import FLAT_COSTS, WAIT, load_pair, served
 
     prompts = ["hello", "abc abc abc abc", PROMPT, "def f(x):"]
-    for target, mode in ((hybrid_mtp_target, "mtp"), (swa_target, "ngram")):
+    for target, mode in ((hybrid_mtp_target, "mtp"), (swa_target, "ngram"), (chained_mtp_target, "mtp")):
         pair = load_pair(target, None)
         try:
             with served(pair, costs=FLAT_COSTS, parallel=4, mode=mode, draft_max=4) as running:
@@ -204,3 +204,90 @@ def test_the_heads_pass_costs_are_measured_and_cached_with_the_others(mtp_pair, 
         assert "mtp" in session.controller(4).passes
     finally:
         session.costs = saved
+
+
+# -- chained heads: one head per draft depth -----------------------------------------------------
+
+
+def test_chained_heads_greedy_output_is_plain_and_drafts_stop_at_the_heads(chained_mtp_target):
+    common = ("--target", str(chained_mtp_target), "--temp", "0", "-n", "200", "--ignore-eos")
+    mtp = run_json(*common, "--spec", "mtp", "--draft-max", "6")
+    plain = run_json(*common, "--draft", "none")
+    assert mtp["text"] == plain["text"]
+    stats = mtp["stats"]
+    assert stats["accepted"] > 0 and stats["steps"] < plain["stats"]["steps"]
+    assert len(stats["drafted_by_position"]) == 2 and stats["drafted_by_position"][1] > 0  # two heads: K is at most 2
+    assert run_json(*common, "--spec", "auto")["text"] == plain["text"]
+
+
+def _drafts_by_history(path, monkeypatch) -> dict[tuple, list[int]]:
+    """Every proposal the MTP drafter made over one greedy generation, by the history it followed."""
+    from specrun.engine.drafting.mtp import MtpDrafter
+    from specrun.engine.sequence import GenerationSettings
+
+    seen: dict[tuple, list[int]] = {}
+    real = MtpDrafter.propose
+
+    def recording(self, requests):
+        made = real(self, requests)
+        for r in requests:
+            seen[tuple(r.history)] = list(made.drafts[r.seq].tokens)
+        return made
+
+    monkeypatch.setattr(MtpDrafter, "propose", recording)
+    pair = Pair(PairConfig(path, None, ctx_size=512, threads=1))
+    try:
+        settings = GenerationSettings(max_tokens=120, sampling=SamplingParams(temperature=0.0), ignore_eos=True, draft_max=2)
+        for _ in pair.session.generation(pair.prompt_tokens(PROMPT, chat=False), settings, mode="mtp").run():
+            pass
+    finally:
+        pair.close()
+        monkeypatch.setattr(MtpDrafter, "propose", real)
+    return seen
+
+
+def test_each_depth_drafts_with_its_own_head(chained_mtp_target, one_head_step35, monkeypatch):
+    """The two-head model and its one-head cut share the trunk and head 0: their first draft
+    tokens agree after the same history, and the second differ (head 1 drafted it, not head 0 again)."""
+    chained = _drafts_by_history(chained_mtp_target, monkeypatch)
+    reused = _drafts_by_history(one_head_step35, monkeypatch)
+    common = [h for h in chained if h in reused and len(chained[h]) == 2 and len(reused[h]) == 2]
+    assert len(common) >= 10
+    assert all(chained[h][0] == reused[h][0] for h in common)
+    assert sum(chained[h][1] != reused[h][1] for h in common) >= len(common) // 4
+
+
+def test_chained_heads_sampling_follows_the_target_distribution(chained_mtp_target):
+    pair = Pair(PairConfig(chained_mtp_target, None, ctx_size=512, threads=1))
+    try:
+        session = pair.session
+        session.costs = HEAD_PAYS
+        # "abc": no near-tie at this model's top-k edge for the first two tokens
+        chi2, drafted, detail = sampled_fit(pair, pair.prompt_tokens("abc", chat=False), "mtp", lambda: None, sampling=WARM)
+    finally:
+        pair.close()
+    assert drafted > RUNS // 10
+    assert chi2 < CHI2_999, detail
+
+
+def test_several_heads_the_graph_cannot_chain_are_left_unused_said_once(tmp_path):
+    """This llama.cpp's glm4moe MTP graph runs exactly one block and aborts on more: such a model
+    decodes without its heads (one warning), and --spec mtp says it has none."""
+    from arch_models import write_glm4moe_gguf
+
+    path = write_glm4moe_gguf(tmp_path / "two-heads.gguf", n_nextn=2)
+    result = specrun("run", PROMPT, "--target", str(path), "--temp", "0", "-n", "8", "--threads", "1")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("its heads are not used") == 1
+    refused = specrun("run", PROMPT, "--target", str(path), "--spec", "mtp", "-n", "4")
+    assert refused.returncode == 3 and "has none" in refused.stderr
+
+
+def test_check_says_how_the_heads_draft(chained_mtp_target, tmp_path):
+    from arch_models import write_glm4moe_gguf
+
+    chained = specrun("check", str(chained_mtp_target), "--json")
+    assert chained.returncode == 0 and json.loads(chained.stdout)["mtp_drafting"] == "chained"
+    assert "up to 2 tokens a step" in specrun("check", str(chained_mtp_target)).stdout
+    unused = specrun("check", str(write_glm4moe_gguf(tmp_path / "two.gguf", n_nextn=2)))
+    assert unused.returncode == 3 and "2, unused" in unused.stdout

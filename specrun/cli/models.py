@@ -207,11 +207,13 @@ def check(
         target_path = resolve_spec(target_spec, reg, hook)
         facts = target_facts(target_path)
         if draft_spec is None:
-            if facts["mtp_heads"]:  # it drafts for itself
+            if facts["mtp_heads"]:  # it drafts for itself, or says why its heads cannot
                 if json_output:
                     _print_json({"target": str(target_path), **facts})
                 else:
                     print(f"target  {target_path}\n\n{render_facts(facts)}")
+                if facts["mtp_drafting"] is None:
+                    raise typer.Exit(code=3)
                 return
             raise InputError(f"no draft given for '{target_spec}'", "pass a DRAFT too, or run `specrun drafts TARGET` to find one")
         draft_path = resolve_spec(draft_spec, reg, hook)
@@ -228,16 +230,25 @@ def target_facts(path: Path) -> dict:
     """What the target's own file says about speculating on it: its MTP heads, and how its cache
     takes draft tokens back (the most a step may verify; None: any)."""
     from .. import defaults
-    from ..models.modelfile import mtp_layers, rollback_kind
+    from ..models.modelfile import mtp_chain, mtp_layers, rollback_kind
 
     kind = rollback_kind(path)
-    return {"mtp_heads": mtp_layers(path), "rollback": {"kind": kind, "limit": defaults.RECURRENT_K_MAX if kind == "snapshots" else None}}
+    return {"mtp_heads": mtp_layers(path), "mtp_drafting": mtp_chain(path),
+            "rollback": {"kind": kind, "limit": defaults.RECURRENT_K_MAX if kind == "snapshots" else None}}
 
 
 def render_facts(facts: dict) -> str:
     back = facts["rollback"]
     limit = "any number of" if back["limit"] is None else f"up to {back['limit']}"
-    heads = f"{facts['mtp_heads']} (--spec mtp drafts with them)" if facts["mtp_heads"] else "none"
+    n, drafting = facts["mtp_heads"], facts.get("mtp_drafting")
+    if not n:
+        heads = "none"
+    elif drafting == "chained":
+        heads = f"{n}, chained (--spec mtp drafts up to {n} tokens a step, one per head)"
+    elif drafting == "one":
+        heads = "1 (--spec mtp drafts with it)"
+    else:
+        heads = f"{n}, unused (this llama.cpp drafts with several heads only for step35, mimo2 and hy_v3 models)"
     return f"MTP heads  {heads}\nrollback   {back['kind']}: {limit} draft tokens a step"
 
 
@@ -357,9 +368,9 @@ def drafts(
         target_path = resolve_spec(target or reg.default_pair().target, reg, hook)
     found = find_drafts(target_path, reg, list(search or []))
     shown = [c for c in found if show_all or c.drafting is not None]
-    from ..models.modelfile import mtp_layers
+    from ..models.modelfile import mtp_chain, mtp_layers
 
-    heads = mtp_layers(target_path)
+    heads = mtp_layers(target_path) if mtp_chain(target_path) is not None else 0
     builtin = {"path": str(target_path), "name": BUILT_IN_MTP, "mtp_heads": heads, "drafting": "mtp",
                "spec": "--spec mtp"} if heads else None
     if not show_all:  # with --all the table says it; otherwise one line each, so a broken file is not missed

@@ -547,6 +547,13 @@ class Context(FreedOnCollection):
         for seg in segments:
             self.tokens[seg.seq].extend(seg.tokens)
 
+    def select_head(self, index: int) -> None:
+        """Which of the model's MTP blocks the next head passes run (0: the first): a model
+        whose blocks are trained one per draft depth is drafted block by block."""
+        if self._head_batch is None:
+            raise ValueError("select_head needs a context made with head=True")
+        _llama_ext().llama_set_nextn_layer_offset(self.ptr, int(index))
+
     def _head_pass(self, segments, bases, entries, out) -> None:
         """One llama_process of (segment, entry) pairs through llama_batch_ext, which carries a
         hidden row with every token."""

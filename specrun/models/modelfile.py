@@ -43,6 +43,25 @@ def mtp_layers(path: str | os.PathLike) -> int:
     return value if isinstance(value, int) and value > 0 else 0
 
 
+# Architectures whose MTP graph in the bundled llama.cpp runs any one of several blocks (chosen by
+# llama_set_nextn_layer_offset), so a model of several heads drafts head by head; elsewhere the
+# graph takes exactly one block and aborts on more.
+CHAINED_MTP_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
+
+
+def mtp_chain(path: str | os.PathLike) -> str | None:
+    """How the file's MTP layers draft: "one" (a single head, reused at every depth), "chained"
+    (several heads, one per depth, so a step drafts at most that many tokens), or None (no heads,
+    or several on an architecture whose MTP graph runs only one: drafting with them would abort)."""
+    heads = mtp_layers(path)
+    if heads == 0:
+        return None
+    if heads == 1:
+        return "one"
+    arch = read_model_header(path).metadata.get("general.architecture")
+    return "chained" if arch in CHAINED_MTP_ARCHS else None
+
+
 def rollback_kind(path: str | os.PathLike) -> str:
     """How the file's cache takes draft tokens back, from its metadata: "positions" (attention
     caches, sliding windows kept in full) or "snapshots" (a recurrent state: Mamba, gated delta

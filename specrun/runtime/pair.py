@@ -22,7 +22,7 @@ from ..engine.generation import Generation, Step
 from ..engine.llama import LoadOptions, Model
 from ..engine.sequence import GenerationSettings
 from ..models.compat import require_draftable
-from ..models.modelfile import check_gguf_file, mtp_layers
+from ..models.modelfile import check_gguf_file, mtp_chain, mtp_layers
 from ..models.sizes import model_size
 from .chat_format import ChatFormat, ChatPrompt
 from .placement import DeviceSpace, ModelPlacement, Placement, Request, plan
@@ -108,7 +108,11 @@ class Pair:
 
         self.gpu_layers = self.placement.target.gpu_layers
         self.draft_gpu_layers = self.placement.draft.gpu_layers if self.placement.draft else 0
-        self.target_model = Model(config.target, options(self.placement.target, load_mtp=mtp_layers(config.target) > 0))
+        self.mtp_chain = mtp_chain(config.target)
+        if self.mtp_chain is None and (heads := mtp_layers(config.target)):
+            warn(f"specrun: warning: {Path(config.target).name} has {heads} MTP heads, and this llama.cpp drafts with several heads "
+                 "only for step35, mimo2 and hy_v3 models; its heads are not used")
+        self.target_model = Model(config.target, options(self.placement.target, load_mtp=self.mtp_chain is not None))
         self.draft_model = self.bridge = None
         if config.draft is not None:
             self.draft_model = Model(config.draft, options(self.placement.draft))
@@ -129,7 +133,8 @@ class Pair:
         config = self.config
         return Models(self.target_model, self.draft_model, self.bridge, self.drafting, Path(config.target),
                       Path(config.draft) if config.draft else None, config.ctx_size, config.n_batch, self.threads,
-                      offloaded=bool(self.gpu_layers or self.draft_gpu_layers), costs_key=self.costs_key(), warn=self.warn)
+                      offloaded=bool(self.gpu_layers or self.draft_gpu_layers), costs_key=self.costs_key(), warn=self.warn,
+                      mtp_chain=self.mtp_chain)
 
     def costs_key(self) -> str:
         """The cost cache's key for this pair: models, threads, offload, build and placement."""

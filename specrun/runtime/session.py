@@ -54,6 +54,7 @@ class Models:
     offloaded: bool
     costs_key: str
     warn: Callable[[str], None]
+    mtp_chain: str | None = None  # how the target's MTP heads draft (modelfile.mtp_chain)
 
 
 class Session:
@@ -70,7 +71,8 @@ class Session:
         model = None
         if self.draft_ctx is not None:
             model = TextDrafter(self.draft_ctx, models.target) if models.drafting == "text" else ModelDrafter(self.draft_ctx, bridge=models.bridge)
-        others = [MtpDrafter(self.head_ctx, self.target_ctx)] if self.head_ctx is not None else []
+        chained = models.target.mtp_heads if models.mtp_chain == "chained" else 0
+        others = [MtpDrafter(self.head_ctx, self.target_ctx, chained=chained)] if self.head_ctx is not None else []
         self.engine = Engine(self.target_ctx, model, others=others, n_batch=models.n_batch)
         self.costs: DecodeCosts | None = costs  # the models' decode costs, once read or measured
         self.parallel = n_seq_pool or n_seq
@@ -126,6 +128,8 @@ class Session:
         k = settings.draft_max_for(mode)
         if self.rewind_limit is not None:
             k = min(k, self.rewind_limit)
+        if mode == defaults.MTP and self.mtp.k_max is not None:
+            k = min(k, self.mtp.k_max)
         if self.rewind_limit == 0 and mode != "off" and not self._said_plain:
             self._said_plain = True
             self.models.warn(f"specrun: {self.models.target_path.name}'s cache cannot take tokens back, so every mode decodes plain")
@@ -168,7 +172,8 @@ class Session:
         """A controller seeded from the decode costs (measured now when none are known)."""
         model, mtp = self.engine.model, self.mtp
         names = [defaults.LOOKUP] + ([model.name] if model is not None else []) + ([mtp.name] if mtp is not None else [])
-        controller = Controller(names, k_max=k_max, k_start=k_start or min(k_max, defaults.DRAFT_MAX))
+        caps = {mtp.name: mtp.k_max} if mtp is not None and mtp.k_max is not None else {}
+        controller = Controller(names, k_max=k_max, k_start=k_start or min(k_max, defaults.DRAFT_MAX), caps=caps)
         costs = self.decode_costs()
         passes = {}
         if model is not None and costs.draft_passes():

@@ -125,10 +125,12 @@ class Controller:
         position_shrink: float = 4.0,
         cost_decay: float = 0.9,
         rate_decay: float = 0.98,
+        caps: Mapping[str, int] | None = None,
     ):
         if k_max < 1:
             raise ValueError("k_max must be at least 1")
         self.k_max = k_max
+        self.caps = dict(caps or {})  # drafters that draft fewer tokens a step than k_max (chained MTP heads)
         self.lookup = lookup
         self.k_start = max(1, min(k_start, k_max))
         self.warmup_steps = warmup_steps
@@ -353,6 +355,10 @@ class Controller:
         self._probe(asks, decision, alloc, max_rows - base_rows)
         return self._record(decision)
 
+    def _cap(self, name: str, ask: Ask) -> int:
+        """The most tokens `name` may draft for `ask` this step."""
+        return min(ask.k_max, self.k_max, self.caps.get(name, self.k_max))
+
     def _options(self, ask: Ask) -> list[Option]:
         options = []
         for name in self.tracks:
@@ -360,7 +366,7 @@ class Controller:
                 if ask.in_hand[name]:
                     options.append(Option(name, list(ask.in_hand[name])))
             elif self._known(name) and self._repays_catch_up(name, ask):
-                options.append(Option(name, self.acceptance(name, ask.own.get(name), min(ask.k_max, self.k_max))))
+                options.append(Option(name, self.acceptance(name, ask.own.get(name), self._cap(name, ask))))
         return options
 
     def _warmups(self, asks: Sequence[Ask]) -> list[tuple[Grant, str]]:
@@ -381,8 +387,8 @@ class Controller:
                     continue
                 if (track.steps < self.warmup_steps and not self.hopeless(name)
                         and self.worth_exploring(name, self.warmup_steps - track.steps, ask.remaining, ask.catch_up_s.get(name, 0.0))):
-                    option = Option(name, self.acceptance(name, ask.own.get(name), min(ask.k_max, self.k_max)))
-                    grants.append((Grant(ask.seq, option, min(self.k_start, ask.k_max)), "warmup"))
+                    option = Option(name, self.acceptance(name, ask.own.get(name), self._cap(name, ask)))
+                    grants.append((Grant(ask.seq, option, min(self.k_start, self._cap(name, ask))), "warmup"))
                     taken.add(ask.seq)
                 break
         return grants
@@ -401,7 +407,7 @@ class Controller:
                 current = decision.choice(ask.seq)
                 if name in ask.in_hand or (current.drafter is not None and current.drafter in ask.in_hand) or current.reason != "best":
                     continue
-                k = min(self.probe_k, ask.k_max)
+                k = min(self.probe_k, self._cap(name, ask))
                 if k <= 0 or rows - current.k + k > max_rows or not self.worth_exploring(name, 1, ask.remaining, ask.catch_up_s.get(name, 0.0)):
                     continue
                 decision.choices[ask.seq] = Choice(name, k, "probe")

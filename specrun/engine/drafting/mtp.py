@@ -9,9 +9,12 @@ hidden row of the step before, one head pass per depth for every asking sequence
 head's cache is then cut back to the committed history: its own rows are not the target's, so
 what it drafted is never a pair it keeps.
 
-A model with one head (Qwen3.5/3.6, GLM-4.5) reuses it for every depth, as llama.cpp does; a model
-with several heads reuses the first too (llama.cpp chains them, one per depth: see the README).
-Each token's q is the head's own distribution under the sampling settings, so rejection sampling
+A model with one head (Qwen3.5/3.6, GLM-4.5) reuses it for every depth. A model with several heads
+trained one per depth (Step-3.5) is chained, as llama.cpp chains it: head d drafts the token at
+depth d, so a step drafts at most as many tokens as there are heads. The heads share the cache's
+cells but each keeps its own layer of it: every head reads each committed pair, and at depth d
+the draft region is cut and re-read under head d ([x_{n-1}] and the tokens drafted so far, with
+the hidden rows that produced them), so head d attends only to what it wrote. Each token's q is the head's own distribution under the sampling settings, so rejection sampling
 keeps the target's distribution exactly at any temperature.
 """
 
@@ -34,11 +37,13 @@ class MtpDrafter:
     name = "mtp"
     ahead = False
 
-    def __init__(self, head: Context, target: Context, *, p_min: float = 0.0, min_draft: int = 0):
+    def __init__(self, head: Context, target: Context, *, p_min: float = 0.0, min_draft: int = 0, chained: int = 0):
         self.ctx = head
         self.target = target
         self.p_min = p_min
         self.min_draft = min_draft
+        self.heads = chained  # heads drafted one per depth (0: one head reused at every depth)
+        self.k_max: int | None = chained or None  # the most tokens a step drafts
         self._zeros = np.zeros(head.model.n_embd_out, dtype=np.float32)
         self._rows: dict[int, dict[int, np.ndarray]] = {}  # seq -> position -> the target's hidden row there
         target.on_hidden = self._hidden
@@ -78,37 +83,74 @@ class MtpDrafter:
         segments = [seg for seq, history in items if (seg := self._catch_up(seq, history, len(history), False)) is not None]
         out = Proposals()
         if segments:
+            out.passes.extend(self._catch_up_heads(segments))
             out.passes.append(self._pass(segments)[1])
             for seg in segments:
                 self._prune(seg.seq)
         return out
+
+    def _catch_up_heads(self, segments: Sequence[HeadSegment]) -> list[DraftPass]:
+        """Chained heads: the heads after the first read the same pairs, each into its own layer
+        (the cells are cut and taken again, so the first head, read last, leaves them in place)."""
+        passes = []
+        if not self.heads:
+            return passes
+        bases = {seg.seq: len(self.ctx.tokens[seg.seq]) for seg in segments}
+        quiet = [HeadSegment(seg.seq, seg.tokens, seg.rows, False) for seg in segments]
+        try:
+            for head in range(self.heads - 1, 0, -1):
+                self.ctx.select_head(head)
+                passes.append(self._pass(quiet)[1])
+                for seq, base in bases.items():
+                    self.ctx.trim(seq, base)
+        finally:
+            self.ctx.select_head(0)
+        return passes
 
     def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
         out = Proposals()
         live = [r for r in requests if r.k > 0 and r.history]
         segments = [self._catch_up(r.seq, r.history, len(r.history), True) for r in live]
         committed = {r.seq: len(r.history) for r in live}
+        drafted: dict[int, tuple[list[int], list[np.ndarray]]] = {r.seq: ([], []) for r in live}
         for request in live:
             out.drafts[request.seq] = Draft(q=None if request.sampling.greedy else [], confidence=[])
         depth = 0
         try:
+            out.passes.extend(self._catch_up_heads(segments))
             while live:
                 results, made = self._pass(segments)
                 out.passes.append(made)
                 depth += 1
-                still, segments = [], []
+                still = []
                 for request, result in zip(live, results):
                     logits, hidden = result
                     token = choose(request, logits, out.drafts[request.seq], depth, self.p_min, self.min_draft)
-                    if token is not None and depth < request.k:
+                    if token is not None and depth < request.k and depth < (self.k_max or depth + 1):
                         still.append(request)
-                        segments.append(HeadSegment(request.seq, [token], [hidden]))
+                        drafted[request.seq][0].append(token)
+                        drafted[request.seq][1].append(hidden)
                 live = still
+                segments = [self._next_segment(r, drafted[r.seq]) for r in live]
+                if self.heads and live:
+                    self.ctx.select_head(depth)
         finally:
+            if self.heads:
+                self.ctx.select_head(0)
             for seq, n in committed.items():  # the drafted pairs carry the head's rows, not the target's
                 self.ctx.trim(seq, n)
                 self._prune(seq)
         return out
+
+    def _next_segment(self, request: DraftRequest, drafted: tuple[list[int], list[np.ndarray]]) -> HeadSegment:
+        """What the next depth's pass reads for `request`: the last drafted token with the head's
+        row that drafted it; for chained heads, the whole draft region again from x_{n-1}."""
+        tokens, rows = drafted
+        if not self.heads:
+            return HeadSegment(request.seq, [tokens[-1]], [rows[-1]])
+        n = len(request.history)
+        self.ctx.trim(request.seq, n - 1)
+        return HeadSegment(request.seq, [request.history[-1], *tokens], [self._row(request.seq, n - 2), *rows], True)
 
     def _pass(self, segments: Sequence[HeadSegment]) -> tuple[list, DraftPass]:
         start = time.perf_counter()

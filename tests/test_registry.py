@@ -11,6 +11,7 @@ from model_fixtures import isolated_fixture, write_registry  # noqa: F401 - isol
 
 from specrun.errors import RegistryError
 from specrun.models.registry import (
+    Registry,
     load_registry,
     parse_text,
     shipped_registry_path,
@@ -50,8 +51,11 @@ def test_shipped_registry_is_valid_and_packaged_copy_matches_root():
     assert target.hf.repo == "Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF"
     for model in (target, reg.model(default.draft)):  # the Hugging Face copies are the files the bundles make
         assert model.hf.sha256 == (model.bundle.sha256,) and model.hf.revision is None
-    for model in reg.models.values():  # every shipped Hugging Face download is checked against a digest
-        assert model.hf is None or len(model.hf.sha256) == len(model.hf.files), model.name
+    for model in reg.models.values():  # every verified Hugging Face download is checked against a digest
+        assert not model.verified or model.hf is None or len(model.hf.sha256) == len(model.hf.files), model.name
+    unverified = {m.name for m in reg.models.values() if not m.verified}
+    assert unverified == {"qwen3.5-4b-mtp", "qwen3.6-35b-a3b-mtp", "gemma-4-12b-it", "gemma-4-12b-it-assistant"}
+    assert not unverified & {name for p in reg.pairs.values() for name in (p.target, p.draft)}
     assert [p.name for p in reg.pairs.values() if p.verified] == [default.name]
     for p in reg.pairs.values():
         assert reg.model(p.target).family == reg.model(p.draft).family, p.name
@@ -69,7 +73,11 @@ def test_the_shipped_text_drafter_is_assembled_from_its_pinned_chunks():
 
 def test_each_shipped_pin_says_where_its_digest_comes_from():
     lines = (ROOT / "models.toml").read_text().splitlines()
-    sources = [i for i, line in enumerate(lines) if line.startswith("hf = {")]
+    def verified(i: int) -> bool:
+        entry = next(j for j in range(i, -1, -1) if lines[j].startswith("[["))
+        return "verified = false" not in lines[entry:i]
+
+    sources = [i for i, line in enumerate(lines) if line.startswith("hf = {") and verified(i)]
     assert len(sources) >= 14
     for i in sources:
         assert "sha256 = " in lines[i] and lines[i - 1].startswith("# sha256"), lines[i]
@@ -211,3 +219,21 @@ def test_unknown_names_suggest_the_closest(isolated):
     with pytest.raises(RegistryError) as err:
         reg.model("zzzzzz")
     assert "specrun pairs" in err.value.hint
+
+
+def test_an_unverified_model_is_said_each_time_it_is_used(tmp_path, capsys):
+    from specrun.models.fetch import resolve_spec
+    from tiny_models import write_tiny_gguf
+
+    write_tiny_gguf(tmp_path / "m.gguf")
+    reg = parse_text('[[model]]\nname = "new"\npath = "m.gguf"\nverified = false\n[[model]]\nname = "old"\npath = "m.gguf"\n',
+                     "x.toml", base_dir=tmp_path)
+    assert [m.verified for m in reg.models] == [False, True]
+    registry = Registry({m.name: m for m in reg.models}, {})
+    capsys.readouterr()
+    for _ in range(2):
+        assert resolve_spec("new", registry) == tmp_path / "m.gguf"
+    said = capsys.readouterr().err
+    assert said.count("'new' is unverified") == 2 and "not checked against a digest" in said
+    resolve_spec("old", registry)
+    assert capsys.readouterr().err == ""

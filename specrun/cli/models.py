@@ -24,6 +24,7 @@ from ..models.fetch import (
     model_paths,
     parse_hf_spec,
     resolve_spec,
+    say_unverified,
     shard_paths,
 )
 from ..models.registry import Model, Registry, load_registry
@@ -139,6 +140,8 @@ def pull(
         else:
             for model in _models_to_pull(name, reg):
                 before = availability(model)
+                if not model.verified:
+                    say_unverified(model)
                 path = fetch_model(model, hook)
                 results.append(_pulled(model.name, path, model_paths(model, path), "present" if before.path else "fetched", hook))
     if json_output:

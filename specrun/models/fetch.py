@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,12 +234,24 @@ def resolve_spec(spec: str, registry: Registry, progress: ProgressHook | None = 
     if spec.lower().startswith("hf:"):
         return check_gguf_file(hf_fetch(parse_hf_spec(spec), progress))
     if spec in registry.models:
-        return check_gguf_file(fetch_model(registry.models[spec], progress))
+        model = registry.models[spec]
+        if not model.verified:
+            say_unverified(model)
+        return check_gguf_file(fetch_model(model, progress))
     if spec in registry.pairs:
         raise InputError(f"'{spec}' is a pair, not a model", f"use --pair {spec}")
     if Path(spec).expanduser().exists() or _looks_like_path(spec):
         return check_gguf_file(spec)
     raise RegistryError(f"'{spec}' is neither a model file nor a registry model", registry.suggest(spec))
+
+
+def say_unverified(model) -> None:
+    """An unverified entry is a documented source nobody checked on the real file: said on stderr
+    each time it is used, with what its download is checked against."""
+    pinned = model.hf is not None and model.hf.sha256
+    check = "its download is checked against the pinned sha256" if pinned else "its download is not checked against a digest"
+    sys.stderr.write(f"specrun: warning: '{model.name}' is unverified ({check}); `specrun check` it, "
+                     "and pin the sha256 `specrun pull` prints in your models.toml\n")
 
 
 def is_none(value: str | None) -> bool:

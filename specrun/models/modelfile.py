@@ -7,7 +7,7 @@ import functools
 import os
 from pathlib import Path
 
-from ..errors import ModelFileError
+from ..errors import IncompatibleModelsError, ModelFileError
 from .gguf_header import GGUFHeader, NotGGUF, Truncated, check_complete, read_header
 
 
@@ -60,6 +60,17 @@ def mtp_chain(path: str | os.PathLike) -> str | None:
         return "one"
     arch = read_model_header(path).metadata.get("general.architecture")
     return "chained" if arch in CHAINED_MTP_ARCHS else None
+
+
+def refuse_shared_cache_assistant(path: str | os.PathLike) -> None:
+    """Gemma 4's MTP "assistant" (gemma4-assistant) has no cache of its own: it drafts by reading
+    the target's, which llama.cpp does through a context made on the target's (ctx_other); run as
+    a draft model it would fail inside llama.cpp, so it is refused with a line first."""
+    if read_model_header(path).metadata.get("general.architecture") == "gemma4-assistant":
+        raise IncompatibleModelsError(
+            f"{Path(path).name} is a Gemma 4 MTP assistant, which drafts from the target's own cache; specrun cannot draft with it yet",
+            "run the Gemma 4 target with --spec ngram, or with a draft model of its vocabulary",
+        )
 
 
 def rollback_kind(path: str | os.PathLike) -> str:

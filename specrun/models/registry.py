@@ -106,6 +106,7 @@ class Model:
     bundle: BundleSource | None = None
     hf: HfSource | None = None
     origin: str = ""
+    verified: bool = True  # false: a documented source not yet checked on the real file (no digest pinned)
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,7 @@ def merge(files: list[RegistryFile]) -> Registry:
 
 # ---- field validation ------------------------------------------------------------------------
 
-MODEL_KEYS = {"name", "family", "params", "quant", "size", "path", "package", "bundle", "hf"}
+MODEL_KEYS = {"name", "family", "params", "quant", "size", "path", "package", "bundle", "hf", "verified"}
 PAIR_KEYS = {"name", "target", "draft", "draft_max", "note", "default", "verified"}
 HF_KEYS = {"repo", "file", "revision", "sha256"}
 PACKAGE_KEYS = {"distribution", "file"}
@@ -325,6 +326,7 @@ def _model(t: dict, i: int, origin: str, base_dir: Path | None) -> Model:
         bundle=_bundle(_get(t, "bundle", dict, where), f"bundle of {where}", origin),
         hf=_hf(_get(t, "hf", dict, where), f"hf of {where}", origin),
         origin=origin,
+        verified=_get(t, "verified", bool, where) is not False,
     )
     if not (model.path or model.package or model.bundle or model.hf):
         raise RegistryError(f"{where} has no source", "add one of path, package, bundle or hf")

@@ -22,7 +22,7 @@ from ..engine.generation import Generation, Step
 from ..engine.llama import LoadOptions, Model
 from ..engine.sequence import GenerationSettings
 from ..models.compat import require_draftable
-from ..models.modelfile import check_gguf_file, mtp_chain, mtp_layers
+from ..models.modelfile import check_gguf_file, mtp_chain, mtp_layers, refuse_shared_cache_assistant
 from ..models.sizes import model_size
 from .chat_format import ChatFormat, ChatPrompt
 from .placement import DeviceSpace, ModelPlacement, Placement, Request, plan
@@ -88,6 +88,7 @@ class Pair:
         self.drafting: str | None = None  # how the draft drafts: "token" (shared vocabulary) or "text"
         if config.draft is not None:
             check_gguf_file(config.draft)
+            refuse_shared_cache_assistant(Path(config.draft))
             self.drafting = require_draftable(Path(config.target), Path(config.draft)).drafting
         threads = config.threads or defaults.threads()
         self.threads = threads

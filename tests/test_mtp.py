@@ -308,3 +308,20 @@ def test_a_gemma4_assistant_as_draft_is_one_line_exit_3(tiny_target, tmp_path):
     result = specrun("run", PROMPT, "--target", str(tiny_target), "--draft", str(path), "-n", "4")
     assert result.returncode == 3, result.stderr
     assert result.stderr.count("\n") <= 1 and "Gemma 4 MTP assistant" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_placement_counts_the_heads_weights_and_their_cache(chained_mtp_target):
+    """llama.cpp places the MTP blocks as layers after the trunk (n_layer_all + 1 with the
+    output), and the head context caches exactly those layers while the target caches the trunk:
+    the placement's layers are the trunk and the heads, each with one layer's KV per token."""
+    from specrun.models.gguf_header import read_header
+    from specrun.models.sizes import model_size
+
+    size = model_size(chained_mtp_target)
+    assert size.n_layer == 4 and all(b > 0 for b in size.layer_bytes)
+    heads = [sum(v for k, v in read_header(chained_mtp_target).tensor_bytes.items() if k.startswith(f"blk.{i}.")) for i in (2, 3)]
+    assert list(size.layer_bytes[2:]) == heads and heads[0] > size.layer_bytes[0]  # a head is a layer plus its projection
+    from specrun.runtime.placement import model_placement
+
+    cpu = model_placement(size, 512, [], 0, []).shares[-1]
+    assert cpu.layers == 4 and cpu.bytes == size.weight_bytes + 4 * size.kv_bytes(512)

@@ -123,6 +123,15 @@ def _ffn(w: _Weights, il: int, n_embd: int, n_ff: int, scale: float) -> None:
     w.random(f"blk.{il}.ffn_down.weight", n_embd, n_ff, scale=scale)
 
 
+def _attention(w: _Weights, il: int, n_embd: int, head: int, n_head: int, n_head_kv: int, scale: float) -> None:
+    """A plain attention block: its input norm and the q, k, v and output projections."""
+    w.ones(f"blk.{il}.attn_norm.weight", n_embd)
+    w.random(f"blk.{il}.attn_q.weight", head * n_head, n_embd, scale=scale)
+    w.random(f"blk.{il}.attn_k.weight", head * n_head_kv, n_embd, scale=scale)
+    w.random(f"blk.{il}.attn_v.weight", head * n_head_kv, n_embd, scale=scale)
+    w.random(f"blk.{il}.attn_output.weight", n_embd, head * n_head, scale=scale)
+
+
 def _nextn(w: _Weights, il: int, n_embd: int, mtp_follow: float, scale: float) -> None:
     """The MTP block's own tensors: norms of the token embedding and of the trunk's hidden state,
     and the projection of their concatenation [embedding | hidden] back to n_embd: a random matrix
@@ -258,11 +267,7 @@ def write_glm4moe_gguf(
     w = _Weights(writer, seed)
     _embeddings(w, n_vocab, n_embd, logit_scale)
     for il in range(n_layer + n_nextn):
-        w.ones(f"blk.{il}.attn_norm.weight", n_embd)
-        w.random(f"blk.{il}.attn_q.weight", head * n_head, n_embd, scale=layer_scale)
-        w.random(f"blk.{il}.attn_k.weight", head * n_head_kv, n_embd, scale=layer_scale)
-        w.random(f"blk.{il}.attn_v.weight", head * n_head_kv, n_embd, scale=layer_scale)
-        w.random(f"blk.{il}.attn_output.weight", n_embd, head * n_head, scale=layer_scale)
+        _attention(w, il, n_embd, head, n_head, n_head_kv, layer_scale)
         w.ones(f"blk.{il}.post_attention_norm.weight", n_embd)
         if il < n_layer:
             _ffn(w, il, n_embd, n_ff, layer_scale)
@@ -316,11 +321,7 @@ def write_gemma3_gguf(
     w.ones("output_norm.weight", n_embd)
     w.random("output.weight", n_vocab, n_embd, scale=float(logit_scale / np.sqrt(n_embd)))
     for il in range(n_layer):
-        w.ones(f"blk.{il}.attn_norm.weight", n_embd)
-        w.random(f"blk.{il}.attn_q.weight", head * n_head, n_embd, scale=layer_scale)
-        w.random(f"blk.{il}.attn_k.weight", head * n_head_kv, n_embd, scale=layer_scale)
-        w.random(f"blk.{il}.attn_v.weight", head * n_head_kv, n_embd, scale=layer_scale)
-        w.random(f"blk.{il}.attn_output.weight", n_embd, head * n_head, scale=layer_scale)
+        _attention(w, il, n_embd, head, n_head, n_head_kv, layer_scale)
         w.ones(f"blk.{il}.attn_q_norm.weight", head)
         w.ones(f"blk.{il}.attn_k_norm.weight", head)
         w.ones(f"blk.{il}.post_attention_norm.weight", n_embd)
@@ -366,11 +367,7 @@ def write_step35_gguf(
     w = _Weights(writer, seed)
     _embeddings(w, n_vocab, n_embd, logit_scale)
     for il in range(n_layer + n_nextn):
-        w.ones(f"blk.{il}.attn_norm.weight", n_embd)
-        w.random(f"blk.{il}.attn_q.weight", head * n_head, n_embd, scale=layer_scale)
-        w.random(f"blk.{il}.attn_k.weight", head * n_head_kv, n_embd, scale=layer_scale)
-        w.random(f"blk.{il}.attn_v.weight", head * n_head_kv, n_embd, scale=layer_scale)
-        w.random(f"blk.{il}.attn_output.weight", n_embd, head * n_head, scale=layer_scale)
+        _attention(w, il, n_embd, head, n_head, n_head_kv, layer_scale)
         w.ones(f"blk.{il}.ffn_norm.weight", n_embd)
         _ffn(w, il, n_embd, n_ff, layer_scale)
         if il >= n_layer:

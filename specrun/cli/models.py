@@ -241,6 +241,8 @@ def target_facts(path: Path) -> dict:
 
 
 def render_facts(facts: dict) -> str:
+    from ..models.modelfile import UNCHAINED_HEADS
+
     back = facts["rollback"]
     limit = "any number of" if back["limit"] is None else f"up to {back['limit']}"
     n, drafting = facts["mtp_heads"], facts.get("mtp_drafting")
@@ -251,7 +253,7 @@ def render_facts(facts: dict) -> str:
     elif drafting == "one":
         heads = "1 (--spec mtp drafts with it)"
     else:
-        heads = f"{n}, unused (this llama.cpp drafts with several heads only for step35, mimo2 and hy_v3 models)"
+        heads = f"{n}, unused ({UNCHAINED_HEADS})"
     return f"MTP heads  {heads}\nrollback   {back['kind']}: {limit} draft tokens a step"
 
 

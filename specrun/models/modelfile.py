@@ -27,39 +27,48 @@ def check_gguf_file(path: str | os.PathLike) -> Path:
 
 
 def read_model_header(path: str | os.PathLike) -> GGUFHeader:
-    """The header of `path`, or a ModelFileError that says what is wrong with it."""
+    """The header of `path`, or a ModelFileError that says what is wrong with it. Read once per
+    file version per process: loading a pair asks it for sizes, heads, cache kind and architecture."""
     try:
-        return read_header(path)
+        st = os.stat(path)
+        return _read_header_cached(os.fspath(path), st.st_size, st.st_mtime_ns)
     except (ValueError, OSError) as exc:
         raise model_file_error(Path(path), exc) from exc
 
 
-def mtp_layers(path: str | os.PathLike) -> int:
-    """How many multi-token-prediction ("nextn") layers the file's metadata declares (0: none, or
-    a header that does not say): a target with some drafts with them, loaded with its MTP layers."""
-    header = read_model_header(path)
+@functools.lru_cache(maxsize=16)  # a header without its arrays is small
+def _read_header_cached(path: str, size: int, mtime_ns: int) -> GGUFHeader:  # noqa: ARG001 - cache keys
+    return read_header(path)
+
+
+def _nextn_layers(header: GGUFHeader) -> int:
     arch = header.metadata.get("general.architecture")
     value = header.metadata.get(f"{arch}.nextn_predict_layers", 0)
     return value if isinstance(value, int) and value > 0 else 0
 
 
+def mtp_layers(path: str | os.PathLike) -> int:
+    """How many multi-token-prediction ("nextn") layers the file's metadata declares (0: none, or
+    a header that does not say): a target with some drafts with them, loaded with its MTP layers."""
+    return _nextn_layers(read_model_header(path))
+
+
 # Architectures whose MTP graph in the bundled llama.cpp runs any one of several blocks (chosen by
 # llama_set_nextn_layer_offset), so a model of several heads drafts head by head; elsewhere the
 # graph takes exactly one block and aborts on more.
-CHAINED_MTP_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
+CHAINED_MTP_ARCHS = ("step35", "mimo2", "hy_v3")
+UNCHAINED_HEADS = f"this llama.cpp drafts with several heads only for {', '.join(CHAINED_MTP_ARCHS[:-1])} and {CHAINED_MTP_ARCHS[-1]} models"
 
 
 def mtp_chain(path: str | os.PathLike) -> str | None:
     """How the file's MTP layers draft: "one" (a single head, reused at every depth), "chained"
     (several heads, one per depth, so a step drafts at most that many tokens), or None (no heads,
     or several on an architecture whose MTP graph runs only one: drafting with them would abort)."""
-    heads = mtp_layers(path)
-    if heads == 0:
-        return None
-    if heads == 1:
-        return "one"
-    arch = read_model_header(path).metadata.get("general.architecture")
-    return "chained" if arch in CHAINED_MTP_ARCHS else None
+    header = read_model_header(path)
+    heads = _nextn_layers(header)
+    if heads <= 1:
+        return "one" if heads else None
+    return "chained" if header.metadata.get("general.architecture") in CHAINED_MTP_ARCHS else None
 
 
 def refuse_shared_cache_assistant(path: str | os.PathLike) -> None:

@@ -22,7 +22,7 @@ from ..engine.generation import Generation, Step
 from ..engine.llama import LoadOptions, Model
 from ..engine.sequence import GenerationSettings
 from ..models.compat import require_draftable
-from ..models.modelfile import check_gguf_file, mtp_chain, mtp_layers, refuse_shared_cache_assistant
+from ..models.modelfile import UNCHAINED_HEADS, check_gguf_file, mtp_chain, mtp_layers, refuse_shared_cache_assistant
 from ..models.sizes import model_size
 from .chat_format import ChatFormat, ChatPrompt
 from .placement import DeviceSpace, ModelPlacement, Placement, Request, plan
@@ -111,8 +111,7 @@ class Pair:
         self.draft_gpu_layers = self.placement.draft.gpu_layers if self.placement.draft else 0
         self.mtp_chain = mtp_chain(config.target)
         if self.mtp_chain is None and (heads := mtp_layers(config.target)):
-            warn(f"specrun: warning: {Path(config.target).name} has {heads} MTP heads, and this llama.cpp drafts with several heads "
-                 "only for step35, mimo2 and hy_v3 models; its heads are not used")
+            warn(f"specrun: warning: {Path(config.target).name} has {heads} MTP heads, and {UNCHAINED_HEADS}; its heads are not used")
         self.target_model = Model(config.target, options(self.placement.target, load_mtp=self.mtp_chain is not None))
         self.draft_model = self.bridge = None
         if config.draft is not None:

@@ -14,8 +14,9 @@ trained one per depth (Step-3.5) is chained, as llama.cpp chains it: head d draf
 depth d, so a step drafts at most as many tokens as there are heads. The heads share the cache's
 cells but each keeps its own layer of it: every head reads each committed pair, and at depth d
 the draft region is cut and re-read under head d ([x_{n-1}] and the tokens drafted so far, with
-the hidden rows that produced them), so head d attends only to what it wrote. Each token's q is the head's own distribution under the sampling settings, so rejection sampling
-keeps the target's distribution exactly at any temperature.
+the hidden rows that produced them), so head d attends only to what it wrote. Each token's q is
+the head's own distribution under the sampling settings, so rejection sampling keeps the target's
+distribution exactly at any temperature.
 """
 
 from __future__ import annotations
@@ -43,10 +44,14 @@ class MtpDrafter:
         self.p_min = p_min
         self.min_draft = min_draft
         self.heads = chained  # heads drafted one per depth (0: one head reused at every depth)
-        self.k_max: int | None = chained or None  # the most tokens a step drafts
         self._zeros = np.zeros(head.model.n_embd_out, dtype=np.float32)
         self._rows: dict[int, dict[int, np.ndarray]] = {}  # seq -> position -> the target's hidden row there
         target.on_hidden = self._hidden
+
+    @property
+    def k_max(self) -> int | None:
+        """The most tokens a step drafts (None: any): chained heads draft one each."""
+        return self.heads or None
 
     def _hidden(self, seq: int, position: int, rows: np.ndarray) -> None:
         """The target decoded rows at position.. of seq: keep them for the head."""
@@ -126,7 +131,7 @@ class MtpDrafter:
                 for request, result in zip(live, results):
                     logits, hidden = result
                     token = choose(request, logits, out.drafts[request.seq], depth, self.p_min, self.min_draft)
-                    if token is not None and depth < request.k and depth < (self.k_max or depth + 1):
+                    if token is not None and depth < min(request.k, self.k_max or request.k):
                         still.append(request)
                         drafted[request.seq][0].append(token)
                         drafted[request.seq][1].append(hidden)

@@ -6,6 +6,7 @@ import numpy as np
 
 import pytest
 
+from specrun.engine import sampling
 from specrun.engine.sampling import Dist, SamplingParams, make_rng, sample, top_ids
 
 LOGITS = np.log(np.array([0.4, 0.3, 0.2, 0.06, 0.04]))
@@ -97,3 +98,16 @@ def test_residuals_remove_the_proposal_as_speculative_sampling_defines():
     assert np.allclose(p.without(0).dense(4), [0.0, 0.6, 0.4, 0.0])
     assert p.prob(3) == 0.0 and p.prob(1) == pytest.approx(0.3)
     assert p.minus(p) is None
+
+
+def test_few_survivors_in_python_match_the_numpy_transforms(monkeypatch):
+    """Top-k's few survivors are transformed in plain Python, many in numpy: the same distribution."""
+    rng = make_rng(8)
+    rows = [(rng.standard_normal(30_000) * s).astype(np.float32) for s in (0.5, 2, 6) for _ in range(3)]
+    settings = [SamplingParams(temperature=t, top_k=k, top_p=p, min_p=m)
+                for t, k, p, m in [(0.8, 40, 0.95, 0.05), (1.3, 100, 1.0, 0.0), (0.5, 20, 0.5, 0.0), (1.0, 200, 1.0, 0.2)]]
+    few = [params.dist(row) for params in settings for row in rows]
+    monkeypatch.setattr(sampling, "_FEW", 0)
+    many = [params.dist(row) for params in settings for row in rows]
+    for a, b in zip(few, many):
+        assert np.array_equal(a.ids, b.ids) and np.allclose(a.p, b.p, rtol=1e-12, atol=0)

@@ -502,7 +502,7 @@ class Context(FreedOnCollection):
         for index, start, end in pieces:
             self._last_call[segments[index].seq] = end - start
         if self.hidden and self.on_hidden is not None:
-            block = np.ctypeslib.as_array(_llama_ext().llama_get_embeddings_nextn(self.ptr), shape=(row, self.model.n_embd_out))
+            block = float_view(_llama_ext().llama_get_embeddings_nextn(self.ptr), (row, self.model.n_embd_out))
             at = 0
             for index, start, end in pieces:
                 seg = segments[index]
@@ -511,7 +511,7 @@ class Context(FreedOnCollection):
         if not wanted:
             return
         rows = sum(n for _, n in wanted)
-        view = np.ctypeslib.as_array(_llama().llama_get_logits(self.ptr), shape=(rows, self.model.n_vocab))
+        view = float_view(_llama().llama_get_logits(self.ptr), (rows, self.model.n_vocab))
         at = 0
         for index, n in wanted:
             block = view[at:at + n]
@@ -581,8 +581,8 @@ class Context(FreedOnCollection):
             raise SpecrunError(f"the multi-token-prediction head failed with status {status} on {len(entries)} entries",
                                "raise --ctx-size or use another --spec mode; SPECRUN_DEBUG=1 shows details")
         for index, at in outputs:
-            logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ptr, at), shape=(self.model.n_vocab,)).copy()
-            hidden = np.ctypeslib.as_array(ext.llama_get_embeddings_nextn_ith(self.ptr, at), shape=(width,)).copy()
+            logits = float_view(lib.llama_get_logits_ith(self.ptr, at), (self.model.n_vocab,)).copy()
+            hidden = float_view(ext.llama_get_embeddings_nextn_ith(self.ptr, at), (width,)).copy()
             out[index] = (logits, hidden)
 
     # -- rewinding ---------------------------------------------------------------------------
@@ -660,6 +660,26 @@ class Context(FreedOnCollection):
         if getattr(self, "ptr", None):
             _llama().llama_free(self.ptr)
             self.ptr = None
+
+
+class _FloatBlock:
+    """Describes a block of C floats to numpy (its array interface), so that a view costs one
+    small dict; np.ctypeslib.as_array builds a ctypes array type for every call, a tenth of a
+    millisecond per pass once a pass has flushed the CPU's caches."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, address: int, shape: tuple[int, ...]):
+        self.__array_interface__ = {"data": (address, False), "shape": shape, "typestr": "<f4", "version": 3}
+
+
+def float_view(pointer, shape: tuple[int, ...]) -> np.ndarray:
+    """A numpy view of the C floats at `pointer` (a ctypes pointer llama.cpp returned), valid as
+    long as llama.cpp keeps that buffer."""
+    address = ctypes.cast(pointer, ctypes.c_void_p).value
+    if not address:
+        raise SpecrunError("llama.cpp returned no output for this pass", "SPECRUN_DEBUG=1 shows details")
+    return np.asarray(_FloatBlock(address, shape))
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -12,6 +12,7 @@ one threshold pass, so a sampled step costs about what a greedy one does on the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,22 +20,30 @@ import numpy as np
 from .. import defaults
 
 _SUBSAMPLE = 64  # the top-k threshold is found on every 64th logit first (see top_ids)
+_FEW = 256  # survivors of top-k up to this many are transformed in plain Python (see SamplingParams.dist)
 
 
 def top_ids(logits: np.ndarray, k: int) -> np.ndarray:
     """Ids of the k largest logits, in no particular order (all ids when k is 0 or at least n).
 
-    The k-th largest of a strided subsample is a lower bound that at least k logits reach (the
-    subsample's own top k are among them), so one comparison over the vocabulary leaves a small
-    pool whose exact top k is found by a partition of the pool alone."""
+    Any threshold that at least k logits reach leaves a pool holding the exact top k, found by a
+    partition of the pool alone. The k-th largest of a strided subsample is such a threshold (the
+    subsample's own top k reach it) but leaves a pool of about k * 64; a higher order statistic of
+    the subsample usually reaches k too and leaves a pool a tenth of that size, so it is tried
+    first and checked."""
     n = logits.shape[0]
     if k <= 0 or k >= n:
         return np.arange(n)
     sub = logits[::_SUBSAMPLE]
-    if sub.shape[0] > k:
-        threshold = np.partition(sub, sub.shape[0] - k)[sub.shape[0] - k]
-        pool = np.flatnonzero(logits >= threshold)
-    else:
+    m = sub.shape[0]
+    pool = None
+    for rank in (max(1, k // 10), k):
+        if m <= rank:
+            break
+        pool = np.flatnonzero(logits >= np.partition(sub, m - rank)[m - rank])
+        if pool.shape[0] >= k:
+            break
+    if pool is None or pool.shape[0] < k:
         pool = np.arange(n)
     if pool.shape[0] > k:
         pool = pool[np.argpartition(logits[pool], pool.shape[0] - k)[pool.shape[0] - k:]]
@@ -122,9 +131,45 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature <= 0
 
-    def candidates(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Surviving token ids and their (untempered) logits, highest first."""
+    def dist(self, logits: np.ndarray) -> Dist:
+        """The distribution after all transforms (a point mass on the argmax when greedy).
+
+        Top-k leaves a few dozen survivors, which are transformed in plain Python: right after a
+        pass has flushed the CPU's caches, each numpy call over a handful of numbers costs more
+        than the arithmetic itself."""
+        if self.greedy:
+            return Dist.point(int(np.argmax(logits)))
         ids = top_ids(logits, self.top_k)
+        if ids.shape[0] > _FEW:
+            ids, kept = self._many(logits, ids)
+            return Dist.of(ids, np.exp((kept - kept[0]) / self.temperature))
+        kept = self._few(logits, ids)
+        best, temperature = kept[0][0], self.temperature
+        by_id = sorted((token, math.exp((logit - best) / temperature)) for logit, token in kept)
+        total = sum(weight for _, weight in by_id)
+        return Dist(np.array([token for token, _ in by_id], dtype=np.int64), np.array([weight / total for _, weight in by_id]))
+
+    def _few(self, logits: np.ndarray, ids: np.ndarray) -> list[tuple[float, int]]:
+        """Top-p and min-p over the survivors of top-k: (untempered logit, id) pairs, highest first."""
+        kept = sorted(zip(logits[ids].tolist(), ids.tolist()), key=_negated_logit)
+        if self.top_p < 1.0 or self.min_p > 0.0:
+            best = kept[0][0]
+            weights = [math.exp(logit - best) for logit, _ in kept]  # p / p_max
+            if self.top_p < 1.0:
+                total, reached, cut = sum(weights), 0.0, len(kept)
+                for i, weight in enumerate(weights):
+                    reached += weight / total
+                    if reached >= self.top_p:
+                        cut = i + 1
+                        break
+                kept, weights = kept[:cut], weights[:cut]
+            if self.min_p > 0.0:
+                kept = [pair for pair, weight in zip(kept, weights) if weight >= self.min_p]
+        return kept
+
+    def _many(self, logits: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_few`'s transforms in numpy, for more than _FEW survivors (top-k off): ids and
+        untempered logits, highest first."""
         ids = ids[np.argsort(-logits[ids], kind="stable")]
         kept = logits[ids].astype(np.float64)
         if self.top_p < 1.0 or self.min_p > 0.0:
@@ -134,17 +179,9 @@ class SamplingParams:
                 cut = int(np.searchsorted(cumulative, self.top_p)) + 1
                 ids, kept, weights = ids[:cut], kept[:cut], weights[:cut]
             if self.min_p > 0.0:
-                keep = weights >= self.min_p  # weights are p / p_max
+                keep = weights >= self.min_p
                 ids, kept = ids[keep], kept[keep]
         return ids, kept
-
-    def dist(self, logits: np.ndarray) -> Dist:
-        """The distribution after all transforms (a point mass on the argmax when greedy)."""
-        if self.greedy:
-            return Dist.point(int(np.argmax(logits)))
-        ids, kept = self.candidates(logits)
-        weights = np.exp((kept - kept[0]) / self.temperature)
-        return Dist.of(ids, weights)
 
     def probs(self, logits: np.ndarray) -> np.ndarray:
         """The same distribution as a full-vocabulary vector."""
@@ -153,6 +190,10 @@ class SamplingParams:
     def pick(self, logits: np.ndarray, rng: np.random.Generator) -> int:
         """The next token from one row of logits: the argmax, or a draw."""
         return int(np.argmax(logits)) if self.greedy else self.dist(logits).sample(rng)
+
+
+def _negated_logit(pair: tuple[float, int]) -> float:
+    return -pair[0]
 
 
 def sample(probs: np.ndarray, rng: np.random.Generator) -> int:

@@ -222,3 +222,27 @@ def test_one_sequence_fills_the_batch_without_a_python_loop_per_row(tiny_target)
     finally:
         ctx.close()
         fresh.close()
+
+
+def test_logits_are_read_from_where_llama_cpp_keeps_them_as_passes_grow(tiny_target):
+    """Passes of 1 to 64 outputs (llama.cpp's logits buffer grows, and may move, on the way): every
+    row read, as a view or a copy, is the one this pass computed."""
+    model = Model(tiny_target, LoadOptions(use_extra_bufts=False))
+    ctx = Context(model, n_ctx=256, n_threads=1, n_batch=64)
+    fresh = Context(model, n_ctx=256, n_threads=1, n_batch=64)
+    try:
+        history: list[int] = []
+        addresses = set()
+        for size, copy in [(1, False), (2, False), (64, False), (1, True), (33, False), (1, False)]:
+            tokens = [(7 * (len(history) + i)) % 250 + 1 for i in range(size)]
+            rows = ctx.decode([Segment(0, tokens, "all")], copy=copy)[0]
+            addresses.add(ctx._logits_address)
+            history += tokens
+            fresh.clear()
+            expected = fresh.feed(0, history, "all")
+            assert rows.shape == (size, model.n_vocab)
+            assert np.allclose(rows, expected[-size:], atol=5e-2)
+        assert len(addresses) > 1  # the buffer did move: the test saw what it is about
+    finally:
+        ctx.close()
+        fresh.close()

@@ -395,6 +395,9 @@ class Context(FreedOnCollection):
         batch.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(ctypes.POINTER(lib.llama_seq_id)))
         batch.logits = self._wants.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
         self.batch = batch
+        self._logits_address: int | None = None
+        self._logits_at = logits_address_function()
+        self._logits: np.ndarray | None = None
 
     # -- state -------------------------------------------------------------------------------
 
@@ -480,9 +483,14 @@ class Context(FreedOnCollection):
         for index, start, end in pieces:
             seg = segments[index]
             n = end - start
-            self._token[row:row + n] = seg.tokens[start:end]
-            self._pos[row:row + n] = np.arange(bases[index] + start, bases[index] + end, dtype=np.int32)
-            self._seq[row:row + n] = seg.seq
+            if n == 1:  # a draft depth's pass: item stores touch less than slices right after a pass
+                self._token[row] = seg.tokens[start]
+                self._pos[row] = bases[index] + start
+                self._seq[row] = seg.seq
+            else:
+                self._token[row:row + n] = seg.tokens[start:end]
+                self._pos[row:row + n] = np.arange(bases[index] + start, bases[index] + end, dtype=np.int32)
+                self._seq[row:row + n] = seg.seq
             if seg.logits == "all":
                 self._wants[row:row + n] = 1
                 wanted.append((index, n))
@@ -511,12 +519,21 @@ class Context(FreedOnCollection):
         if not wanted:
             return
         rows = sum(n for _, n in wanted)
-        view = float_view(_llama().llama_get_logits(self.ptr), (rows, self.model.n_vocab))
+        view = self._logits_rows(rows)
         at = 0
         for index, n in wanted:
             block = view[at:at + n]
             out[index].append(block.copy() if copy else block)
             at += n
+
+    def _logits_rows(self, rows: int) -> np.ndarray:
+        """The first `rows` rows of llama.cpp's logits buffer: a slice of one view kept while the
+        buffer stays where it is (no pass has more outputs than n_batch)."""
+        address = self._logits_at(self.ptr)
+        if not address or address != self._logits_address:  # float_view refuses no buffer
+            self._logits = float_view(address, (self.n_batch, self.model.n_vocab))
+            self._logits_address = address
+        return self._logits[:rows]
 
     def feed_head(self, segments: Sequence["HeadSegment"]) -> list[tuple[np.ndarray, np.ndarray] | None]:
         """Append, on a head context, each segment's (token, hidden row) pairs to its sequence, in
@@ -673,10 +690,22 @@ class _FloatBlock:
         self.__array_interface__ = {"data": (address, False), "shape": shape, "typestr": "<f4", "version": 3}
 
 
+def logits_address_function():
+    """llama_get_logits returning the buffer's address as an int: the binding's own returns a
+    ctypes pointer object, which costs a cast on every pass."""
+    lib = _llama()
+    handle = getattr(getattr(lib, "llama_cpp", None), "_lib", None)
+    if handle is None:
+        return lambda ctx: ctypes.cast(lib.llama_get_logits(ctx), ctypes.c_void_p).value
+    function = handle["llama_get_logits"]
+    function.argtypes, function.restype = [ctypes.c_void_p], ctypes.c_void_p
+    return function
+
+
 def float_view(pointer, shape: tuple[int, ...]) -> np.ndarray:
-    """A numpy view of the C floats at `pointer` (a ctypes pointer llama.cpp returned), valid as
-    long as llama.cpp keeps that buffer."""
-    address = ctypes.cast(pointer, ctypes.c_void_p).value
+    """A numpy view of the C floats at `pointer` (a ctypes pointer llama.cpp returned, or its
+    address), valid as long as llama.cpp keeps that buffer."""
+    address = pointer if isinstance(pointer, int) else ctypes.cast(pointer, ctypes.c_void_p).value
     if not address:
         raise SpecrunError("llama.cpp returned no output for this pass", "SPECRUN_DEBUG=1 shows details")
     return np.asarray(_FloatBlock(address, shape))

@@ -9,6 +9,8 @@ the `gguf` package so llama.cpp's own cache types can be tested without download
   as the architecture's MTP graph requires), the smallest dense model with a head.
 - `gemma3`: interleaved sliding-window attention (iSWA) with a small window, so drafts and chat
   turns cross it.
+- `gemma4`, dense: the same kind of cache under Gemma 4's graph (q/k norms, a normalised v, its
+  own rope factors for the full-attention layers).
 - `step35`, dense: sliding-window and full-attention layers, then several MTP blocks that draft
   one depth each (chained heads).
 
@@ -320,6 +322,57 @@ def write_gemma3_gguf(
     w.random("token_embd.weight", n_vocab, n_embd, scale=float(1.0 / np.sqrt(n_embd)))
     w.ones("output_norm.weight", n_embd)
     w.random("output.weight", n_vocab, n_embd, scale=float(logit_scale / np.sqrt(n_embd)))
+    for il in range(n_layer):
+        _attention(w, il, n_embd, head, n_head, n_head_kv, layer_scale)
+        w.ones(f"blk.{il}.attn_q_norm.weight", head)
+        w.ones(f"blk.{il}.attn_k_norm.weight", head)
+        w.ones(f"blk.{il}.post_attention_norm.weight", n_embd)
+        w.ones(f"blk.{il}.ffn_norm.weight", n_embd)
+        _ffn(w, il, n_embd, n_ff, layer_scale)
+        w.ones(f"blk.{il}.post_ffw_norm.weight", n_embd)
+    return _finish(writer, path)
+
+
+def write_gemma4_gguf(
+    path: Path | str,
+    *,
+    seed: int = 0,
+    n_layer: int = 2,
+    sliding_window: int = 8,
+    n_embd: int = 64,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_ff: int = 128,
+    context_length: int = 1024,
+    layer_scale: float = 0.1,
+    logit_scale: float = 4.0,
+    vocab: str = "gpt2",
+    chat_template: str | None = DEFAULT_TEMPLATE,
+    name: str = "tiny-gemma4",
+) -> Path:
+    """A tiny dense `gemma4` (no per-layer embeddings, no experts, no layers sharing another's
+    cache) with an iSWA cache: every layer but the last slides over `sliding_window` tokens, the
+    last attends to all. A Gemma 4 assistant reads the target's last sliding layer and its last
+    full one, so at least two layers are needed."""
+    path = Path(path)
+    writer, n_vocab = _writer(path, "gemma4", name, vocab, chat_template)
+    head = n_embd // n_head
+    _common(writer, n_layer_all=n_layer, context_length=context_length, n_embd=n_embd, n_ff=n_ff,
+            n_head=n_head, n_head_kv=n_head_kv, n_rot=head)
+    writer.add_key_length(head)
+    writer.add_value_length(head)
+    arch = "gemma4"
+    writer.add_uint32(f"{arch}.attention.key_length_swa", head)
+    writer.add_uint32(f"{arch}.attention.value_length_swa", head)
+    writer.add_uint32(f"{arch}.embedding_length_per_layer_input", 0)
+    writer.add_sliding_window(sliding_window)
+    writer.add_sliding_window_pattern([il < n_layer - 1 for il in range(n_layer)])
+
+    w = _Weights(writer, seed)
+    w.random("token_embd.weight", n_vocab, n_embd, scale=float(1.0 / np.sqrt(n_embd)))  # scaled up by sqrt(n_embd)
+    w.ones("output_norm.weight", n_embd)
+    w.random("output.weight", n_vocab, n_embd, scale=float(logit_scale / np.sqrt(n_embd)))
+    w.ones("rope_freqs.weight", head // 2)
     for il in range(n_layer):
         _attention(w, il, n_embd, head, n_head, n_head_kv, layer_scale)
         w.ones(f"blk.{il}.attn_q_norm.weight", head)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from arch_models import write_gemma3_gguf, write_glm4moe_gguf, write_step35_gguf, write_qwen35_gguf
+from arch_models import write_gemma3_gguf, write_gemma4_gguf, write_glm4moe_gguf, write_step35_gguf, write_qwen35_gguf
 from tiny_models import write_tiny_gguf
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="specrun-tests-"))
@@ -228,6 +228,12 @@ def swa_target(tiny_dir) -> Path:
     """A `gemma3` whose first layer attends to the last 8 tokens only (an iSWA cache) and whose
     second attends to all."""
     return write_gemma3_gguf(tiny_dir / "swa-target.gguf", sliding_window=8, name="tiny-swa")
+
+
+@pytest.fixture(scope="session")
+def gemma4_target(tiny_dir) -> Path:
+    """A dense `gemma4`: its first layer slides over the last 8 tokens, its second attends to all."""
+    return write_gemma4_gguf(tiny_dir / "gemma4-target.gguf", sliding_window=8, name="tiny-gemma4")
 
 
 # -- thinking models: a known answer with its reasoning ---------------------------------------

@@ -15,11 +15,11 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from arch_models import write_gemma3_gguf, write_glm4moe_gguf, write_qwen35_gguf
+from arch_models import write_gemma3_gguf, write_gemma4_gguf, write_glm4moe_gguf, write_qwen35_gguf
 from tiny_models import _llama_cpp, greedy_tokens
 
 PROMPT = "the quick brown fox"
-FIXTURES = ["hybrid_target", "hybrid_mtp_target", "hybrid_draft", "dense_mtp_target", "swa_target"]
+FIXTURES = ["hybrid_target", "hybrid_mtp_target", "hybrid_draft", "dense_mtp_target", "swa_target", "gemma4_target"]
 MTP_FIXTURES = ["hybrid_mtp_target", "dense_mtp_target", "chained_mtp_target"]
 
 
@@ -88,6 +88,7 @@ def meta(lib, model, key):
         ("hybrid_draft", "qwen35", True, 0, 0),
         ("dense_mtp_target", "glm4moe", False, 1, 0),
         ("swa_target", "gemma3", False, 0, 8),
+        ("gemma4_target", "gemma4", False, 0, 8),
         ("chained_mtp_target", "step35", False, 2, 8),
     ],
 )
@@ -106,6 +107,7 @@ def test_writers_are_fast_and_files_small(tmp_path):
         ("qwen35-mtp", write_qwen35_gguf, {"n_nextn": 1}),
         ("glm4moe", write_glm4moe_gguf, {}),
         ("gemma3", write_gemma3_gguf, {}),
+        ("gemma4", write_gemma4_gguf, {}),
     ]:
         start = time.perf_counter()
         path = write(tmp_path / f"{name}.gguf", **kwargs)

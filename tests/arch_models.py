@@ -10,7 +10,8 @@ the `gguf` package so llama.cpp's own cache types can be tested without download
 - `gemma3`: interleaved sliding-window attention (iSWA) with a small window, so drafts and chat
   turns cross it.
 - `gemma4`, dense: the same kind of cache under Gemma 4's graph (q/k norms, a normalised v, its
-  own rope factors for the full-attention layers).
+  own rope factors for the full-attention layers), and a `gemma4-assistant` for it: Gemma 4's MTP
+  drafter, a separate small model whose blocks attend over the target's cache.
 - `step35`, dense: sliding-window and full-attention layers, then several MTP blocks that draft
   one depth each (chained heads).
 
@@ -378,6 +379,59 @@ def write_gemma4_gguf(
         w.ones(f"blk.{il}.attn_q_norm.weight", head)
         w.ones(f"blk.{il}.attn_k_norm.weight", head)
         w.ones(f"blk.{il}.post_attention_norm.weight", n_embd)
+        w.ones(f"blk.{il}.ffn_norm.weight", n_embd)
+        _ffn(w, il, n_embd, n_ff, layer_scale)
+        w.ones(f"blk.{il}.post_ffw_norm.weight", n_embd)
+    return _finish(writer, path)
+
+
+def write_gemma4_assistant_gguf(
+    path: Path | str,
+    *,
+    seed: int = 0,
+    n_layer: int = 2,
+    target_embd: int = 64,
+    n_embd: int = 32,
+    n_head: int = 2,
+    n_ff: int = 64,
+    sliding_window: int = 8,
+    context_length: int = 1024,
+    layer_scale: float = 0.1,
+    vocab: str = "gpt2",
+    name: str = "tiny-gemma4-assistant",
+) -> Path:
+    """A tiny `gemma4-assistant` for `write_gemma4_gguf`'s target of width `target_embd`: its own
+    blocks (queries only: they attend over the target's cache, the sliding ones over the target's
+    last sliding layer, the full one over its last full layer), fed the target's token embedding
+    and hidden state; its output projection is its own token embedding."""
+    path = Path(path)
+    writer, n_vocab = _writer(path, "gemma4-assistant", name, vocab, None)
+    arch = "gemma4-assistant"
+    head = target_embd // 4  # the target's head size: the assistant reads the target's keys and values
+    _common(writer, n_layer_all=n_layer, context_length=context_length, n_embd=n_embd, n_ff=n_ff,
+            n_head=n_head, n_head_kv=2, n_rot=head)
+    writer.add_uint32(f"{arch}.nextn_predict_layers", n_layer)
+    writer.add_uint32(f"{arch}.embedding_length_out", target_embd)
+    writer.add_key_length(head)
+    writer.add_value_length(head)
+    writer.add_uint32(f"{arch}.attention.key_length_swa", head)
+    writer.add_uint32(f"{arch}.attention.value_length_swa", head)
+    writer.add_sliding_window(sliding_window)
+    writer.add_sliding_window_pattern([il < n_layer - 1 for il in range(n_layer)])
+
+    w = _Weights(writer, seed + 1)
+    w.random("token_embd.weight", n_vocab, n_embd, scale=float(1.0 / np.sqrt(n_embd)))
+    w.ones("output_norm.weight", n_embd)
+    w.random("nextn.pre_projection.weight", n_embd, 2 * target_embd, scale=float(1.0 / np.sqrt(2 * target_embd)))
+    w.random("nextn.post_projection.weight", target_embd, n_embd, scale=float(1.0 / np.sqrt(n_embd)))
+    w.ones("rope_freqs.weight", head // 2)
+    for il in range(n_layer):
+        w.ones(f"blk.{il}.attn_norm.weight", n_embd)
+        w.random(f"blk.{il}.attn_q.weight", head * n_head, n_embd, scale=layer_scale)
+        w.random(f"blk.{il}.attn_output.weight", n_embd, head * n_head, scale=layer_scale)
+        w.ones(f"blk.{il}.attn_q_norm.weight", head)
+        w.ones(f"blk.{il}.post_attention_norm.weight", n_embd)
+        w.ones(f"blk.{il}.layer_output_scale.weight", 1)
         w.ones(f"blk.{il}.ffn_norm.weight", n_embd)
         _ffn(w, il, n_embd, n_ff, layer_scale)
         w.ones(f"blk.{il}.post_ffw_norm.weight", n_embd)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from arch_models import write_gemma3_gguf, write_gemma4_gguf, write_glm4moe_gguf, write_step35_gguf, write_qwen35_gguf
+from arch_models import write_gemma3_gguf, write_gemma4_assistant_gguf, write_gemma4_gguf, write_glm4moe_gguf, write_step35_gguf, write_qwen35_gguf
 from tiny_models import write_tiny_gguf
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="specrun-tests-"))
@@ -234,6 +234,12 @@ def swa_target(tiny_dir) -> Path:
 def gemma4_target(tiny_dir) -> Path:
     """A dense `gemma4`: its first layer slides over the last 8 tokens, its second attends to all."""
     return write_gemma4_gguf(tiny_dir / "gemma4-target.gguf", sliding_window=8, name="tiny-gemma4")
+
+
+@pytest.fixture(scope="session")
+def gemma4_assistant(tiny_dir) -> Path:
+    """A `gemma4-assistant` of two blocks for `gemma4_target`: it drafts over the target's cache."""
+    return write_gemma4_assistant_gguf(tiny_dir / "gemma4-assistant.gguf", target_embd=64, name="tiny-gemma4-assistant")
 
 
 # -- thinking models: a known answer with its reasoning ---------------------------------------

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from arch_models import write_gemma3_gguf, write_gemma4_gguf, write_glm4moe_gguf, write_qwen35_gguf
+from arch_models import write_gemma3_gguf, write_gemma4_assistant_gguf, write_gemma4_gguf, write_glm4moe_gguf, write_qwen35_gguf
 from tiny_models import _llama_cpp, greedy_tokens
 
 PROMPT = "the quick brown fox"
@@ -108,6 +108,7 @@ def test_writers_are_fast_and_files_small(tmp_path):
         ("glm4moe", write_glm4moe_gguf, {}),
         ("gemma3", write_gemma3_gguf, {}),
         ("gemma4", write_gemma4_gguf, {}),
+        ("gemma4-assistant", write_gemma4_assistant_gguf, {}),
     ]:
         start = time.perf_counter()
         path = write(tmp_path / f"{name}.gguf", **kwargs)
@@ -337,3 +338,59 @@ def test_mtp_head_drafts_from_the_trunk_hidden_state(request, fixture):
 def test_hybrid_writer_refuses_a_trunk_without_attention(tmp_path):
     with pytest.raises(ValueError, match="full-attention"):
         write_qwen35_gguf(tmp_path / "no-attention.gguf", n_layer=2)
+
+
+def test_the_gemma4_assistant_drafts_over_the_target_cache_without_writing_it(gemma4_target, gemma4_assistant):
+    """llama.cpp's shared-memory MTP mode on the fixtures: the assistant's context needs the
+    target's (`ctx_other`), and making it empties the target's cache, so it is made first. Fed the
+    target's next token and hidden row, then its own draft and hidden row, all at the one position
+    after the target's cache (llama.cpp refuses a gap), it drafts; its drafts depend on the
+    hidden row and on what the target's cache holds, and that cache is left as it was."""
+    from llama_cpp import llama_cpp_ext as ext
+
+    with loaded(gemma4_target) as (lib, target), loaded(gemma4_assistant) as (_, assistant):
+        params = lib.llama_context_default_params()
+        params.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
+        assert not lib.llama_init_from_model(assistant, params)  # without the target's context
+        n_vocab, width = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(target)), lib.llama_model_n_embd_out(target)
+        assert lib.llama_model_n_embd_out(assistant) == width
+        tokens = tokenize(lib, target, PROMPT)
+        with context(lib, target, swa_full=True) as ctx:
+            memory = lib.llama_get_memory(ctx)
+            decode(lib, ctx, tokens)
+            with context(lib, assistant, swa_full=True, ctx_type=lib.LLAMA_CONTEXT_TYPE_MTP, ctx_other=ctx):
+                assert lib.llama_memory_seq_pos_max(memory, 0) == -1  # made late, it emptied the target's cache
+        with context(lib, target, swa_full=True) as ctx, \
+                context(lib, assistant, swa_full=True, ctx_type=lib.LLAMA_CONTEXT_TYPE_MTP, ctx_other=ctx) as helper:
+            memory = lib.llama_get_memory(ctx)
+            ext.llama_set_embeddings_nextn(ctx, True, False)
+            ext.llama_set_embeddings_nextn(helper, True, True)
+            decode(lib, ctx, tokens, all_logits=True)
+            hidden = np.ctypeslib.as_array(ext.llama_get_embeddings_nextn(ctx), shape=(len(tokens), width)).copy()
+            first = int(np.argmax(np.ctypeslib.as_array(lib.llama_get_logits(ctx), shape=(len(tokens), n_vocab))[-1]))
+            batch = lib.llama_batch_ext_init(helper)
+
+            def draft(token: int, row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                lib.llama_batch_ext_clear(batch)
+                at = lib.llama_batch_ext_add_token(batch, 0, token)
+                row = np.ascontiguousarray(row, dtype=np.float32)
+                assert lib.llama_batch_ext_set_pos(batch, at, (lib.llama_pos * 1)(len(tokens)))
+                assert lib.llama_batch_ext_set_embd_token(batch, at, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width))
+                lib.llama_batch_ext_set_output_logits(batch, at, True)
+                assert lib.llama_process(helper, lib.LLAMA_PROCESS_TYPE_DECODE, batch) == 0
+                logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(helper, at), shape=(n_vocab,)).copy()
+                return logits, np.ctypeslib.as_array(ext.llama_get_embeddings_nextn_ith(helper, at), shape=(width,)).copy()
+
+            try:
+                depth1, own = draft(first, hidden[-1])
+                depth2, _ = draft(int(np.argmax(depth1)), own)
+                other, _ = draft(first, hidden[0])
+                assert lib.llama_memory_seq_pos_max(memory, 0) == len(tokens) - 1  # drafting wrote nothing there
+                lib.llama_memory_seq_rm(memory, 0, 1, -1)  # the same length again, of other tokens
+                decode(lib, ctx, [(t * 7) % 200 + 3 for t in tokens[1:]], pos0=1)
+                forgetful, _ = draft(first, hidden[-1])
+            finally:
+                lib.llama_batch_ext_free(batch)
+            assert np.isfinite(depth1).all() and np.isfinite(depth2).all()
+            assert not np.allclose(depth1, other)  # the hidden row counts
+            assert not np.allclose(depth1, forgetful)  # and so does what the target's cache holds

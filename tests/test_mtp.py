@@ -293,19 +293,9 @@ def test_check_says_how_the_heads_draft(chained_mtp_target, tmp_path):
     assert unused.returncode == 3 and "2, unused" in unused.stdout
 
 
-def test_a_gemma4_assistant_as_draft_is_one_line_exit_3(tiny_target, tmp_path):
+def test_a_gemma4_assistant_as_draft_is_one_line_exit_3(gemma4_target, gemma4_assistant):
     """The assistant reads the target's cache, which no draft model does: refused before loading."""
-    import gguf
-
-    path = tmp_path / "assistant.gguf"
-    writer = gguf.GGUFWriter(str(path), "gemma4-assistant")
-    writer.add_block_count(1)
-    writer.add_tensor("token_embd.weight", __import__("numpy").zeros((4, 4), dtype="float32"))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    result = specrun("run", PROMPT, "--target", str(tiny_target), "--draft", str(path), "-n", "4")
+    result = specrun("run", PROMPT, "--target", str(gemma4_target), "--draft", str(gemma4_assistant), "-n", "4")
     assert result.returncode == 3, result.stderr
     assert result.stderr.count("\n") <= 1 and "Gemma 4 MTP assistant" in result.stderr and "Traceback" not in result.stderr
 

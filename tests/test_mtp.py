@@ -60,6 +60,7 @@ def test_the_target_with_heads_loads_them_and_reads_its_hidden_rows(mtp_pair):
 
 # The head's own distribution, at a temperature below 1, is what the rejection sampler corrects.
 SAMPLED = "1 2 3 4"  # no near-tie at the top-k edge for the first two tokens (see first_two_distribution)
+ASSISTED = "abc"  # the same, for the gemma4 target
 WARM = SamplingParams(temperature=0.8, top_k=3, top_p=1.0, min_p=0.0)
 HEAD_PAYS = DecodeCosts({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, None, mtp_s={1: 0.0005, 32: 0.002})
 
@@ -101,15 +102,17 @@ def test_every_mode_runs_on_hybrid_and_sliding_window_targets(request, hybrid_dr
             assert doc["text"] == plain["text"], mode
 
 
-def test_serve_answers_four_concurrent_requests_as_alone(hybrid_mtp_target, swa_target, chained_mtp_target):
+def test_serve_answers_four_concurrent_requests_as_alone(hybrid_mtp_target, swa_target, chained_mtp_target, gemma4_target,
+                                                        gemma4_assistant):
     import threading
 
     import openai
     from serve_helpers import FLAT_COSTS, WAIT, load_pair, served
 
     prompts = ["hello", "abc abc abc abc", PROMPT, "def f(x):"]
-    for target, mode in ((hybrid_mtp_target, "mtp"), (swa_target, "ngram"), (chained_mtp_target, "mtp")):
-        pair = load_pair(target, None)
+    for target, draft, mode in ((hybrid_mtp_target, None, "mtp"), (swa_target, None, "ngram"), (chained_mtp_target, None, "mtp"),
+                                (gemma4_target, gemma4_assistant, "mtp")):
+        pair = load_pair(target, draft)
         try:
             with served(pair, costs=FLAT_COSTS, parallel=4, mode=mode, draft_max=4) as running:
                 client = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=WAIT)
@@ -293,11 +296,50 @@ def test_check_says_how_the_heads_draft(chained_mtp_target, tmp_path):
     assert unused.returncode == 3 and "2, unused" in unused.stdout
 
 
-def test_a_gemma4_assistant_as_draft_is_one_line_exit_3(gemma4_target, gemma4_assistant):
-    """The assistant reads the target's cache, which no draft model does: refused before loading."""
-    result = specrun("run", PROMPT, "--target", str(gemma4_target), "--draft", str(gemma4_assistant), "-n", "4")
-    assert result.returncode == 3, result.stderr
-    assert result.stderr.count("\n") <= 1 and "Gemma 4 MTP assistant" in result.stderr and "Traceback" not in result.stderr
+@pytest.mark.parametrize("mode", ["mtp", "auto"])
+def test_a_gemma4_assistant_drafts_and_greedy_output_is_plain_decoding(gemma4_target, gemma4_assistant, mode):
+    common = ("--target", str(gemma4_target), "--temp", "0", "-n", "64", "--ignore-eos")
+    plain = run_json(*common, "--draft", "none")
+    doc = run_json(*common, "--draft", str(gemma4_assistant), "--spec", mode)
+    assert doc["text"] == plain["text"] and doc["stats"]["generated_tokens"] == 64
+    assert doc["stats"]["by_drafter"]["mtp"]["drafted"] > 0
+
+
+def test_a_gemma4_assistant_samples_from_the_target_distribution(gemma4_target, gemma4_assistant):
+    pair = Pair(PairConfig(gemma4_target, gemma4_assistant, ctx_size=512, threads=1))
+    session = pair.session
+    saved = session.costs, session._auto
+    try:
+        assert session.head_ctx.other is session.target_ctx and session.mtp.k_max is None
+        chi2, drafted, detail = sampled_fit(pair, pair.prompt_tokens(ASSISTED, chat=False), "mtp", sampling=WARM)
+        assert drafted > RUNS // 10
+        assert chi2 < CHI2_999, detail
+    finally:
+        session.costs, session._auto = saved
+        pair.close()
+
+
+def test_a_gemma4_assistant_refuses_what_it_cannot_draft_for(gemma4_target, gemma4_assistant, swa_target, tmp_path):
+    """One line each, before anything loads: a target that is not Gemma 4, one of another width,
+    and a mode that needs a draft model."""
+    from arch_models import write_gemma4_gguf
+
+    result = specrun("run", PROMPT, "--target", str(swa_target), "--draft", str(gemma4_assistant), "-n", "4")
+    assert result.returncode == 3 and result.stderr.count("\n") <= 1 and "only for a Gemma 4 target" in result.stderr, result.stderr
+    wide = write_gemma4_gguf(tmp_path / "wide.gguf", n_embd=128)
+    result = specrun("run", PROMPT, "--target", str(wide), "--draft", str(gemma4_assistant), "-n", "4")
+    assert result.returncode == 3 and result.stderr.count("\n") <= 1 and "64 wide" in result.stderr, result.stderr
+    result = specrun("run", PROMPT, "--target", str(gemma4_target), "--draft", str(gemma4_assistant), "--spec", "draft", "-n", "4")
+    assert result.returncode == 2 and result.stderr.count("\n") <= 1 and "--spec mtp" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert specrun("check", str(swa_target), str(gemma4_assistant)).returncode == 3
+
+
+def test_check_says_a_gemma4_assistant_drafts_over_the_target_cache(gemma4_target, gemma4_assistant):
+    result = specrun("check", str(gemma4_target), str(gemma4_assistant))
+    assert result.returncode == 0 and "Gemma 4 MTP assistant" in result.stdout, result.stderr
+    doc = json.loads(specrun("check", str(gemma4_target), str(gemma4_assistant), "--json").stdout)
+    assert doc["assistant"] is True and doc["compatible"] is True
 
 
 def test_placement_counts_the_heads_weights_and_their_cache(chained_mtp_target):

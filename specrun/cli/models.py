@@ -203,6 +203,7 @@ def check(
     """Report whether DRAFT can draft for TARGET, from GGUF metadata only: through shared tokens, or
     through text. Exit 0 when it can, 3 when it cannot."""
     from ..models.compat import check_pair
+    from ..models.modelfile import is_assistant, require_assistant_fits
 
     reg = load_registry(registry)
     target_spec, draft_spec = _specs(target, draft, reg)
@@ -220,6 +221,9 @@ def check(
                 return
             raise InputError(f"no draft given for '{target_spec}'", "pass a DRAFT too, or run `specrun drafts TARGET` to find one")
         draft_path = resolve_spec(draft_spec, reg, hook)
+    if is_assistant(draft_path):  # it drafts over the target's cache, or cannot: one line naming why
+        require_assistant_fits(target_path, draft_path)
+        facts["assistant"] = True
     report = check_pair(target_path, draft_path)
     if json_output:
         _print_json({**report.to_dict(), **facts})
@@ -287,7 +291,9 @@ def render_report(report, facts: dict | None = None) -> str:
     lines.append("")
     if facts is not None:
         lines += [render_facts(facts), ""]
-    if report.compatible:
+    if report.compatible and facts is not None and facts.get("assistant"):
+        lines.append("compatible: the draft is a Gemma 4 MTP assistant, which drafts over the target's own cache (--spec mtp, or auto)")
+    elif report.compatible:
         lines.append("compatible: the draft can speculate for the target")
     else:
         lines.append(f"incompatible tokens: {report.first_failure}")

@@ -328,9 +328,11 @@ class Context(FreedOnCollection):
     """
 
     def __init__(self, model: Model, *, n_ctx: int, n_threads: int, n_batch: int = 512, n_seq: int = 1,
-                 n_seq_pool: int | None = None, rollback: int = 0, hidden: bool = False, head: bool = False):
+                 n_seq_pool: int | None = None, rollback: int = 0, hidden: bool = False, head: bool = False,
+                 other: "Context | None" = None):
         lib = _llama()
         self.model = model
+        self.other = other  # the context whose cache this one reads (a Gemma 4 assistant's target), kept alive with it
         params = lib.llama_context_default_params()
         params.n_ctx = n_ctx * (n_seq_pool or n_seq)
         params.n_batch = n_batch
@@ -345,6 +347,8 @@ class Context(FreedOnCollection):
             params.n_rs_seq = rollback
         if head:
             params.ctx_type = lib.LLAMA_CONTEXT_TYPE_MTP
+        if other is not None:
+            params.ctx_other = other.ptr  # made before `other` holds anything: making it empties `other`'s cache
         self._params = params
         self.ptr = lib.llama_init_from_model(model.ptr, params)
         if not self.ptr:
@@ -549,6 +553,36 @@ class Context(FreedOnCollection):
             for start in range(0, len(entries), self.n_batch):
                 self._head_pass(segments, bases, entries[start:start + self.n_batch], out)
         return out
+
+    def head_rows(self, entries: Sequence[tuple[int, int, int, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """One pass of a head that attends over another context's cache (`other`) and keeps
+        nothing of its own: (sequence, position, token, hidden row) entries, each with its
+        logits and the head's own hidden row back. Nothing is appended to any sequence."""
+        if self._head_batch is None or self.other is None:
+            raise ValueError("head_rows needs a head context made on another context")
+        lib, ext = _llama(), _llama_ext()
+        batch, width = self._head_batch, self.model.n_embd_out
+        lib.llama_batch_ext_clear(batch)
+        kept, at = [], []
+        position = (lib.llama_pos * 1)()
+        for seq, pos, token, row in entries:
+            row = np.ascontiguousarray(row, dtype=np.float32)
+            kept.append(row)  # C reads the row when the batch is processed
+            index = lib.llama_batch_ext_add_token(batch, seq, int(token))
+            position[0] = pos
+            if index < 0 or not lib.llama_batch_ext_set_pos(batch, index, position) or not lib.llama_batch_ext_set_embd_token(
+                    batch, index, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width)):
+                raise SpecrunError("llama.cpp refused an entry of a multi-token-prediction batch", "use another --spec mode; SPECRUN_DEBUG=1 shows details")
+            lib.llama_batch_ext_set_output_logits(batch, index, True)
+            at.append(index)
+        start_time = time.perf_counter()
+        status = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, batch)
+        self.decode_seconds += time.perf_counter() - start_time
+        if status != 0:
+            raise SpecrunError(f"the MTP assistant failed with status {status} on {len(entries)} entries",
+                               "use another --spec mode; SPECRUN_DEBUG=1 shows details")
+        return [(float_view(lib.llama_get_logits_ith(self.ptr, i), (self.model.n_vocab,)).copy(),
+                 float_view(ext.llama_get_embeddings_nextn_ith(self.ptr, i), (width,)).copy()) for i in at]
 
     @contextmanager
     def _appending(self, segments) -> Iterator[list[int]]:

@@ -71,15 +71,25 @@ def mtp_chain(path: str | os.PathLike) -> str | None:
     return "chained" if header.metadata.get("general.architecture") in CHAINED_MTP_ARCHS else None
 
 
-def refuse_shared_cache_assistant(path: str | os.PathLike) -> None:
-    """Gemma 4's MTP "assistant" (gemma4-assistant) has no cache of its own: it drafts by reading
-    the target's, which llama.cpp does through a context made on the target's (ctx_other); run as
-    a draft model it would fail inside llama.cpp, so it is refused with a line first."""
-    if read_model_header(path).metadata.get("general.architecture") == "gemma4-assistant":
-        raise IncompatibleModelsError(
-            f"{Path(path).name} is a Gemma 4 MTP assistant, which drafts from the target's own cache; specrun cannot draft with it yet",
-            "run the Gemma 4 target with --spec ngram, or with a draft model of its vocabulary",
-        )
+def is_assistant(path: str | os.PathLike) -> bool:
+    """Whether the file is a Gemma 4 MTP assistant (gemma4-assistant): a small model with no cache
+    of its own that drafts by attending over its target's."""
+    return read_model_header(path).metadata.get("general.architecture") == "gemma4-assistant"
+
+
+def require_assistant_fits(target: str | os.PathLike, assistant: str | os.PathLike) -> None:
+    """An assistant reads a Gemma 4 target's cache and hidden state, so only a `gemma4` target of
+    the width it was made for will do; anything else is one line before llama.cpp sees the pair."""
+    meta, own = read_model_header(target).metadata, read_model_header(assistant).metadata
+    arch = meta.get("general.architecture")
+    if arch != "gemma4":
+        raise IncompatibleModelsError(f"{Path(assistant).name} is a Gemma 4 MTP assistant, which drafts only for a Gemma 4 target, and "
+                                      f"{Path(target).name} is {arch or 'of no stated architecture'}",
+                                      "give the assistant with its Gemma 4 target, or use --spec ngram")
+    width, wanted = meta.get("gemma4.embedding_length"), own.get("gemma4-assistant.embedding_length_out")
+    if width != wanted:
+        raise IncompatibleModelsError(f"{Path(assistant).name} was made for a Gemma 4 target {wanted} wide, and {Path(target).name} is {width}",
+                                      "use the assistant published with this target")
 
 
 def rollback_kind(path: str | os.PathLike) -> str:

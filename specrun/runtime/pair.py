@@ -21,8 +21,9 @@ from ..engine.drafting.model import VocabBridge
 from ..engine.generation import Generation, Step
 from ..engine.llama import LoadOptions, Model
 from ..engine.sequence import GenerationSettings
+from ..errors import IncompatibleModelsError
 from ..models.compat import require_draftable
-from ..models.modelfile import UNCHAINED_HEADS, check_gguf_file, mtp_chain, mtp_layers, refuse_shared_cache_assistant
+from ..models.modelfile import UNCHAINED_HEADS, check_gguf_file, is_assistant, mtp_chain, mtp_layers, require_assistant_fits
 from ..models.sizes import model_size
 from .chat_format import ChatFormat, ChatPrompt
 from .placement import DeviceSpace, ModelPlacement, Placement, Request, plan
@@ -86,10 +87,17 @@ class Pair:
         self.config = config
         check_gguf_file(config.target)  # before llama.cpp sees it: its errors are cryptic, a truncated file can crash it
         self.drafting: str | None = None  # how the draft drafts: "token" (shared vocabulary) or "text"
+        self.assisted = False  # the draft is a Gemma 4 MTP assistant, which drafts over the target's cache
         if config.draft is not None:
             check_gguf_file(config.draft)
-            refuse_shared_cache_assistant(Path(config.draft))
-            self.drafting = require_draftable(Path(config.target), Path(config.draft)).drafting
+            self.assisted = is_assistant(config.draft)
+            if self.assisted:
+                require_assistant_fits(config.target, config.draft)
+                if require_draftable(Path(config.target), Path(config.draft)).drafting != "token":
+                    raise IncompatibleModelsError(f"{Path(config.draft).name} does not share the vocabulary of {Path(config.target).name}",
+                                                  "use the assistant published with this target")
+            else:
+                self.drafting = require_draftable(Path(config.target), Path(config.draft)).drafting
         threads = config.threads or defaults.threads()
         self.threads = threads
         self.warn = warn
@@ -113,8 +121,10 @@ class Pair:
         if self.mtp_chain is None and (heads := mtp_layers(config.target)):
             warn(f"specrun: warning: {Path(config.target).name} has {heads} MTP heads, and {UNCHAINED_HEADS}; its heads are not used")
         self.target_model = Model(config.target, options(self.placement.target, load_mtp=self.mtp_chain is not None))
-        self.draft_model = self.bridge = None
-        if config.draft is not None:
+        self.draft_model = self.bridge = self.assistant_model = None
+        if self.assisted:
+            self.assistant_model = Model(config.draft, options(self.placement.draft))
+        elif config.draft is not None:
             self.draft_model = Model(config.draft, options(self.placement.draft))
             self.bridge = VocabBridge(self.target_model, self.draft_model) if self.drafting == "token" else None
         engine_rpc.harden_connections(workers)
@@ -134,7 +144,7 @@ class Pair:
         return Models(self.target_model, self.draft_model, self.bridge, self.drafting, Path(config.target),
                       Path(config.draft) if config.draft else None, config.ctx_size, config.n_batch, self.threads,
                       offloaded=bool(self.gpu_layers or self.draft_gpu_layers), costs_key=self.costs_key(), warn=self.warn,
-                      mtp_chain=self.mtp_chain)
+                      mtp_chain=self.mtp_chain, assistant=self.assistant_model)
 
     def costs_key(self) -> str:
         """The cost cache's key for this pair: models, threads, offload, build and placement."""
@@ -180,7 +190,7 @@ class Pair:
         if self._session is not None:
             self._session.close()
             self._session = None
-        for model in (self.draft_model, self.target_model):
+        for model in (self.assistant_model, self.draft_model, self.target_model):
             if model is not None:
                 model.close()
 

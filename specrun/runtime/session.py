@@ -19,7 +19,7 @@ from ..engine.auto.costs import DecodeCosts, calibration_sizes
 from ..engine.auto.costs import measure as measure_costs
 from ..engine.auto.drift import DISAGREE
 from ..engine.drafting.model import ModelDrafter, VocabBridge
-from ..engine.drafting.mtp import MtpDrafter
+from ..engine.drafting.mtp import AssistantDrafter, MtpDrafter
 from ..engine.drafting.text import TextDrafter
 from ..engine.drafting.prompt_lookup import PromptLookup
 from ..engine.generation import Generation, Step
@@ -55,6 +55,7 @@ class Models:
     costs_key: str
     warn: Callable[[str], None]
     mtp_chain: str | None = None  # how the target's MTP heads draft (modelfile.mtp_chain)
+    assistant: Model | None = None  # a Gemma 4 MTP assistant given as the draft: it drafts over the target's cache
 
 
 class Session:
@@ -64,15 +65,23 @@ class Session:
     def __init__(self, models: Models, *, n_seq: int = 1, n_seq_pool: int | None = None, costs: DecodeCosts | None = None):
         self.models = models
         common = dict(n_ctx=models.ctx_size, n_threads=models.threads, n_batch=models.n_batch, n_seq=n_seq, n_seq_pool=n_seq_pool)
-        heads = models.target.mtp_heads > 0
-        self.target_ctx = Context(models.target, rollback=defaults.RECURRENT_K_MAX, hidden=heads, **common)
+        assistant = models.assistant
+        heads = models.target.mtp_heads > 0 and assistant is None
+        self.target_ctx = Context(models.target, rollback=defaults.RECURRENT_K_MAX, hidden=heads or assistant is not None, **common)
         self.draft_ctx = Context(models.draft, **common) if models.draft is not None else None
-        self.head_ctx = Context(models.target, head=True, **common) if heads else None
+        if assistant is not None:  # made while the target's cache is empty: making it empties that cache
+            self.head_ctx = Context(assistant, head=True, other=self.target_ctx, **common)
+        else:
+            self.head_ctx = Context(models.target, head=True, **common) if heads else None
         model = None
         if self.draft_ctx is not None:
             model = TextDrafter(self.draft_ctx, models.target) if models.drafting == "text" else ModelDrafter(self.draft_ctx, bridge=models.bridge)
         chained = models.target.mtp_heads if models.mtp_chain == "chained" else 0
-        others = [MtpDrafter(self.head_ctx, self.target_ctx, chained=chained)] if self.head_ctx is not None else []
+        others = []
+        if assistant is not None:
+            others = [AssistantDrafter(self.head_ctx, self.target_ctx)]
+        elif self.head_ctx is not None:
+            others = [MtpDrafter(self.head_ctx, self.target_ctx, chained=chained)]
         self.engine = Engine(self.target_ctx, model, others=others, n_batch=models.n_batch)
         self.costs: DecodeCosts | None = costs  # the models' decode costs, once read or measured
         self.parallel = n_seq_pool or n_seq
@@ -109,6 +118,9 @@ class Session:
     def check_mode(self, mode: str) -> None:
         """Refuse a mode this session cannot run, before anything else happens."""
         require_mode(mode)
+        if mode in ("draft", "hybrid", defaults.TEXT) and not self.has_draft and self.models.assistant is not None:
+            raise InputError(f"--spec {mode} drafts with a draft model, and {self.models.draft_path.name} is a Gemma 4 MTP assistant",
+                             "use --spec mtp (or auto, the default) with the assistant")
         if mode in ("draft", "hybrid", defaults.TEXT) and not self.has_draft:
             raise InputError(f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec ngram or off")
         if mode == defaults.MTP and self.mtp is None:

@@ -17,6 +17,9 @@ the draft region is cut and re-read under head d ([x_{n-1}] and the tokens draft
 the hidden rows that produced them), so head d attends only to what it wrote. Each token's q is
 the head's own distribution under the sampling settings, so rejection sampling keeps the target's
 distribution exactly at any temperature.
+
+Gemma 4 drafts with a separate small model instead, the assistant (AssistantDrafter below), whose
+blocks attend over the target's cache rather than a cache of their own.
 """
 
 from __future__ import annotations
@@ -168,3 +171,53 @@ class MtpDrafter:
     def forget(self, seq: int) -> None:
         self.ctx.clear(seq)
         self._rows.pop(seq, None)
+
+
+class AssistantDrafter(MtpDrafter):
+    """Drafts with a Gemma 4 MTP assistant: a separate small model whose blocks attend over the
+    target's own cache (its context is made on the target's, `Context(other=...)`), so it keeps no
+    cache and reads nothing to catch up. Every depth of a step drafts at the one position after
+    the target's cache (x_{n-1}'s): depth 1 from x_{n-1} with the target's hidden row h_{n-2},
+    each later depth from the token drafted before with the assistant's own row, as llama.cpp
+    drives it. It drafts any K; each token's q is the assistant's own distribution."""
+
+    def __init__(self, assistant: Context, target: Context, *, p_min: float = 0.0, min_draft: int = 0):
+        super().__init__(assistant, target, p_min=p_min, min_draft=min_draft)
+
+    def lag(self, seq: int, history: Sequence[int]) -> int:
+        return 0
+
+    def read(self, items: Sequence[tuple[int, Sequence[int]]]) -> Proposals:
+        return Proposals()
+
+    def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
+        out = Proposals()
+        live = [r for r in requests if r.k > 0 and r.history]
+        current = {r.seq: (r.history[-1], self._row(r.seq, len(r.history) - 2)) for r in live}
+        for request in live:
+            out.drafts[request.seq] = Draft(q=None if request.sampling.greedy else [], confidence=[])
+            self._forget_rows_before(request.seq, len(request.history) - 2)
+        depth = 0
+        while live:
+            start = time.perf_counter()
+            results = self.ctx.head_rows([(r.seq, len(r.history) - 1, *current[r.seq]) for r in live])
+            out.passes.append(DraftPass(len(live), time.perf_counter() - start))
+            depth += 1
+            still = []
+            for request, (logits, hidden) in zip(live, results):
+                token = choose(request, logits, out.drafts[request.seq], depth, self.p_min, self.min_draft)
+                if token is not None and depth < request.k:
+                    still.append(request)
+                    current[request.seq] = (token, hidden)
+            live = still
+        return out
+
+    def _forget_rows_before(self, seq: int, position: int) -> None:
+        """The target's rows before `position` are never read again."""
+        kept = self._rows.get(seq)
+        if kept:
+            for old in [p for p in kept if p < position]:
+                del kept[old]
+
+    def forget(self, seq: int) -> None:
+        self._rows.pop(seq, None)  # no cache of its own: the cells are the target's

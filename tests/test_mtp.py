@@ -357,3 +357,19 @@ def test_placement_counts_the_heads_weights_and_their_cache(chained_mtp_target):
 
     cpu = model_placement(size, 512, [], 0, []).shares[-1]
     assert cpu.layers == 4 and cpu.bytes == size.weight_bytes + 4 * size.kv_bytes(512)
+
+
+def test_a_gemma4_assistant_keeps_only_the_target_rows_it_can_still_read(gemma4_target, gemma4_assistant):
+    """Under plain steps the target's hidden rows would pile up by the token; the assistant reads
+    only the one behind the last committed token, so no more than one pass's worth is kept."""
+    from test_engine import settings
+
+    pair = Pair(PairConfig(gemma4_target, gemma4_assistant, ctx_size=512, threads=1))
+    try:
+        prompt = pair.prompt_tokens(PROMPT, chat=False)
+        generation = pair.generation(prompt, settings(max_tokens=40), mode="off")
+        list(generation.run())
+        assert generation.stats.generated_tokens == 40
+        assert list(pair.session.mtp._rows[0]) == [len(prompt) + 40 - 2]  # the row behind the last token
+    finally:
+        pair.close()

@@ -184,6 +184,12 @@ class AssistantDrafter(MtpDrafter):
     def __init__(self, assistant: Context, target: Context, *, p_min: float = 0.0, min_draft: int = 0):
         super().__init__(assistant, target, p_min=p_min, min_draft=min_draft)
 
+    def _hidden(self, seq: int, position: int, rows: np.ndarray) -> None:
+        """Only the row behind the last committed token is ever read, and it lies in the target's
+        latest pass: rows before that pass go, however long auto leaves the assistant unused."""
+        self._forget_rows_before(seq, position)
+        super()._hidden(seq, position, rows)
+
     def lag(self, seq: int, history: Sequence[int]) -> int:
         return 0
 
@@ -196,7 +202,6 @@ class AssistantDrafter(MtpDrafter):
         current = {r.seq: (r.history[-1], self._row(r.seq, len(r.history) - 2)) for r in live}
         for request in live:
             out.drafts[request.seq] = Draft(q=None if request.sampling.greedy else [], confidence=[])
-            self._forget_rows_before(request.seq, len(request.history) - 2)
         depth = 0
         while live:
             start = time.perf_counter()

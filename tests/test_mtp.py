@@ -373,3 +373,44 @@ def test_a_gemma4_assistant_keeps_only_the_target_rows_it_can_still_read(gemma4_
         assert list(pair.session.mtp._rows[0]) == [len(prompt) + 40 - 2]  # the row behind the last token
     finally:
         pair.close()
+
+
+def test_a_gemma4_assistant_is_fed_as_llama_cpp_feeds_it():
+    """Every depth at the position after the target's cache (x_{n-1}'s); depth 1 with x_{n-1} and
+    the target's row h_{n-2}, each later depth with the token drafted before and the row the
+    assistant returned with it; for every asking sequence in one pass a depth."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from specrun.engine.drafting.mtp import AssistantDrafter
+    from specrun.engine.drafting.protocol import DraftRequest
+    from specrun.engine.sampling import make_rng
+
+    fed: list[list[tuple]] = []
+
+    def head_rows(entries):
+        fed.append([(seq, pos, token, row.tolist()) for seq, pos, token, row in entries])
+        depth = len(fed)
+        out = []
+        for seq, _, _, _ in entries:
+            logits = np.zeros(50, dtype=np.float32)
+            logits[10 * seq + depth] = 1.0  # sequence s drafts 10s + 1, 10s + 2, ...
+            out.append((logits, np.full(2, 100.0 * seq + depth, dtype=np.float32)))
+        return out
+
+    head = SimpleNamespace(model=SimpleNamespace(n_embd_out=2), head_rows=head_rows)
+    target = SimpleNamespace(on_hidden=None)
+    drafter = AssistantDrafter(head, target)
+    target.on_hidden(0, 0, np.array([[0.5, 0.5], [1.5, 1.5], [2.5, 2.5]], dtype=np.float32))  # the target's rows at 0..2
+    target.on_hidden(1, 3, np.array([[3.5, 3.5]], dtype=np.float32))  # sequence 1's row at 3
+    greedy = SamplingParams(temperature=0)
+    made = drafter.propose([DraftRequest(0, [7, 8, 9, 4], 3, greedy, make_rng(0)),
+                            DraftRequest(1, [5, 6, 7, 8, 9], 2, greedy, make_rng(0))])
+    assert made.drafts[0].tokens == [1, 2, 3] and made.drafts[1].tokens == [11, 12]
+    assert fed == [
+        [(0, 3, 4, [2.5, 2.5]), (1, 4, 9, [3.5, 3.5])],  # x_{n-1} with the target's h_{n-2}
+        [(0, 3, 1, [1.0, 1.0]), (1, 4, 11, [101.0, 101.0])],  # the draft so far with the assistant's own row
+        [(0, 3, 2, [2.0, 2.0])],  # sequence 1 asked for two
+    ]
+    assert [p.rows for p in made.passes] == [2, 2, 1]

@@ -414,3 +414,13 @@ def test_a_gemma4_assistant_is_fed_as_llama_cpp_feeds_it():
         [(0, 3, 2, [2.0, 2.0])],  # sequence 1 asked for two
     ]
     assert [p.rows for p in made.passes] == [2, 2, 1]
+
+
+def test_drafts_lists_a_gemma4_assistant_for_its_target_only(gemma4_target, gemma4_assistant, swa_target):
+    folder = str(gemma4_assistant.parent)
+    listed = json.loads(specrun("drafts", str(gemma4_target), "--search", folder, "--json").stdout)["drafts"]
+    assert [d["drafting"] for d in listed if d["path"] == str(gemma4_assistant)] == ["assistant"]
+    assert "assistant (--spec mtp)" in specrun("drafts", str(gemma4_target), "--search", folder).stdout
+    other = json.loads(specrun("drafts", str(swa_target), "--search", folder, "--json", "--all").stdout)["drafts"]
+    (entry,) = [d for d in other if d["path"] == str(gemma4_assistant)]
+    assert entry["compatible"] is False and entry["drafting"] is None and "only for a Gemma 4 target" in entry["first_failure"]

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import InputError, ModelFileError
+from ..errors import IncompatibleModelsError, InputError, ModelFileError
 from ..models import digests, discover
 from ..models.fetch import (
     availability,
@@ -322,7 +322,7 @@ class DraftCandidate:
     compatible: bool
     reason: str | None
     readable: bool = True
-    drafting: str | None = None  # "token", "text" (another vocabulary, through text), or None
+    drafting: str | None = None  # "token", "text" (another vocabulary, through text), ASSISTANT, or None
 
     def to_dict(self) -> dict:
         return {
@@ -332,6 +332,7 @@ class DraftCandidate:
 
 
 BUILT_IN_MTP = "built-in MTP heads"
+ASSISTANT = "assistant"  # a Gemma 4 MTP assistant, which drafts over the target's cache
 
 
 def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCandidate]:
@@ -341,6 +342,7 @@ def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCa
     A file that is no readable model is a candidate that failed, never the end of the listing: the
     folders scanned (the Hugging Face cache, --search) hold whatever was put there."""
     from ..models.compat import check_pair, read_vocab
+    from ..models.modelfile import is_assistant, require_assistant_fits
 
     target_size = target.stat().st_size
     vetted = []
@@ -352,11 +354,17 @@ def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCa
         try:
             report = check_pair(target, found.path)
             ok, reason, readable, drafting = report.compatible, report.first_failure, True, report.drafting
+            if is_assistant(found.path):  # it drafts over a Gemma 4 target's cache, or for no target here
+                try:
+                    require_assistant_fits(target, found.path)
+                    drafting = ASSISTANT if drafting == "token" else None
+                except IncompatibleModelsError as exc:
+                    ok, reason, drafting = False, exc.message, None
         except ModelFileError as exc:
             ok, reason, readable, drafting = False, exc.message, False, None
         vetted.append(DraftCandidate(found.path, found.found_in, found.name, found.size, found.size / target_size, ok, reason, readable,
                                      drafting))
-    rank = {"token": 0, "text": 1, None: 2}
+    rank = {ASSISTANT: 0, "token": 0, "text": 1, None: 2}
     return sorted(vetted, key=lambda c: (rank[c.drafting], c.size, str(c.path)))
 
 
@@ -404,7 +412,7 @@ def drafts(
     header = ["DRAFT", "SIZE", "RATIO", "DRAFTS", "FOUND IN"] + (["COMPATIBLE"] if show_all else [])
     rows = []
     for c in shown:
-        row = [c.name or str(c.path), human_size(c.size), f"{c.ratio:.1%}", {"token": "tokens", "text": "text"}.get(c.drafting, "-"), c.found_in]
+        row = [c.name or str(c.path), human_size(c.size), f"{c.ratio:.1%}", {"token": "tokens", "text": "text", ASSISTANT: "assistant (--spec mtp)"}.get(c.drafting, "-"), c.found_in]
         if show_all:
             row.append("yes" if c.compatible else f"no: {c.reason}")
         rows.append(row)

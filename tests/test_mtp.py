@@ -340,6 +340,8 @@ def test_check_says_a_gemma4_assistant_drafts_over_the_target_cache(gemma4_targe
     assert result.returncode == 0 and "Gemma 4 MTP assistant" in result.stdout, result.stderr
     doc = json.loads(specrun("check", str(gemma4_target), str(gemma4_assistant), "--json").stdout)
     assert doc["assistant"] is True and doc["compatible"] is True
+    alone = specrun("check", str(gemma4_assistant))
+    assert alone.returncode == 2 and alone.stderr.count("\n") <= 1 and "no target itself" in alone.stderr, alone.stderr
 
 
 def test_placement_counts_the_heads_weights_and_their_cache(chained_mtp_target):

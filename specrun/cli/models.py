@@ -209,6 +209,9 @@ def check(
     target_spec, draft_spec = _specs(target, draft, reg)
     with progress_display() as hook:
         target_path = resolve_spec(target_spec, reg, hook)
+        if is_assistant(target_path):
+            raise InputError(f"{target_path.name} is a Gemma 4 MTP assistant: it drafts for a Gemma 4 target, and is no target itself",
+                             f"run `specrun check GEMMA4_TARGET {target_path.name}`")
         facts = target_facts(target_path)
         if draft_spec is None:
             if facts["mtp_heads"]:  # it drafts for itself, or says why its heads cannot

@@ -319,19 +319,29 @@ def write_gemma3_gguf(
     writer.add_sliding_window_pattern(swa_pattern)
 
     w = _Weights(writer, seed)
-    # gemma3 multiplies the input embedding by sqrt(n_embd): keep the residual stream at unit scale.
+    _gemma_embeddings(w, n_vocab, n_embd, logit_scale)
+    _gemma_blocks(w, n_layer, n_embd, head, n_head, n_head_kv, n_ff, layer_scale)
+    return _finish(writer, path)
+
+
+def _gemma_embeddings(w: _Weights, n_vocab: int, n_embd: int, logit_scale: float) -> None:
+    """Gemma multiplies the input embedding by sqrt(n_embd): it is written at 1/sqrt(n_embd) so the
+    residual stream keeps unit scale."""
     w.random("token_embd.weight", n_vocab, n_embd, scale=float(1.0 / np.sqrt(n_embd)))
     w.ones("output_norm.weight", n_embd)
     w.random("output.weight", n_vocab, n_embd, scale=float(logit_scale / np.sqrt(n_embd)))
+
+
+def _gemma_blocks(w: _Weights, n_layer: int, n_embd: int, head: int, n_head: int, n_head_kv: int, n_ff: int, scale: float) -> None:
+    """Gemma 3 and 4 blocks: attention with q/k norms and a norm after it, a gated FFN with a norm after it."""
     for il in range(n_layer):
-        _attention(w, il, n_embd, head, n_head, n_head_kv, layer_scale)
+        _attention(w, il, n_embd, head, n_head, n_head_kv, scale)
         w.ones(f"blk.{il}.attn_q_norm.weight", head)
         w.ones(f"blk.{il}.attn_k_norm.weight", head)
         w.ones(f"blk.{il}.post_attention_norm.weight", n_embd)
         w.ones(f"blk.{il}.ffn_norm.weight", n_embd)
-        _ffn(w, il, n_embd, n_ff, layer_scale)
+        _ffn(w, il, n_embd, n_ff, scale)
         w.ones(f"blk.{il}.post_ffw_norm.weight", n_embd)
-    return _finish(writer, path)
 
 
 def write_gemma4_gguf(
@@ -370,18 +380,9 @@ def write_gemma4_gguf(
     writer.add_sliding_window_pattern([il < n_layer - 1 for il in range(n_layer)])
 
     w = _Weights(writer, seed)
-    w.random("token_embd.weight", n_vocab, n_embd, scale=float(1.0 / np.sqrt(n_embd)))  # scaled up by sqrt(n_embd)
-    w.ones("output_norm.weight", n_embd)
-    w.random("output.weight", n_vocab, n_embd, scale=float(logit_scale / np.sqrt(n_embd)))
+    _gemma_embeddings(w, n_vocab, n_embd, logit_scale)
     w.ones("rope_freqs.weight", head // 2)
-    for il in range(n_layer):
-        _attention(w, il, n_embd, head, n_head, n_head_kv, layer_scale)
-        w.ones(f"blk.{il}.attn_q_norm.weight", head)
-        w.ones(f"blk.{il}.attn_k_norm.weight", head)
-        w.ones(f"blk.{il}.post_attention_norm.weight", n_embd)
-        w.ones(f"blk.{il}.ffn_norm.weight", n_embd)
-        _ffn(w, il, n_embd, n_ff, layer_scale)
-        w.ones(f"blk.{il}.post_ffw_norm.weight", n_embd)
+    _gemma_blocks(w, n_layer, n_embd, head, n_head, n_head_kv, n_ff, layer_scale)
     return _finish(writer, path)
 
 

@@ -560,29 +560,7 @@ class Context(FreedOnCollection):
         logits and the head's own hidden row back. Nothing is appended to any sequence."""
         if self._head_batch is None or self.other is None:
             raise ValueError("head_rows needs a head context made on another context")
-        lib, ext = _llama(), _llama_ext()
-        batch, width = self._head_batch, self.model.n_embd_out
-        lib.llama_batch_ext_clear(batch)
-        kept, at = [], []
-        position = (lib.llama_pos * 1)()
-        for seq, pos, token, row in entries:
-            row = np.ascontiguousarray(row, dtype=np.float32)
-            kept.append(row)  # C reads the row when the batch is processed
-            index = lib.llama_batch_ext_add_token(batch, seq, int(token))
-            position[0] = pos
-            if index < 0 or not lib.llama_batch_ext_set_pos(batch, index, position) or not lib.llama_batch_ext_set_embd_token(
-                    batch, index, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width)):
-                raise SpecrunError("llama.cpp refused an entry of a multi-token-prediction batch", "use another --spec mode; SPECRUN_DEBUG=1 shows details")
-            lib.llama_batch_ext_set_output_logits(batch, index, True)
-            at.append(index)
-        start_time = time.perf_counter()
-        status = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, batch)
-        self.decode_seconds += time.perf_counter() - start_time
-        if status != 0:
-            raise SpecrunError(f"the MTP assistant failed with status {status} on {len(entries)} entries",
-                               "use another --spec mode; SPECRUN_DEBUG=1 shows details")
-        return [(float_view(lib.llama_get_logits_ith(self.ptr, i), (self.model.n_vocab,)).copy(),
-                 float_view(ext.llama_get_embeddings_nextn_ith(self.ptr, i), (width,)).copy()) for i in at]
+        return self._process_head([(seq, pos, token, row, True) for seq, pos, token, row in entries])
 
     @contextmanager
     def _appending(self, segments) -> Iterator[list[int]]:
@@ -606,35 +584,46 @@ class Context(FreedOnCollection):
         _llama_ext().llama_set_nextn_layer_offset(self.ptr, int(index))
 
     def _head_pass(self, segments, bases, entries, out) -> None:
-        """One llama_process of (segment, entry) pairs through llama_batch_ext, which carries a
-        hidden row with every token."""
+        """One head pass over (segment, entry) pairs; each segment that asked for it gets the
+        logits and hidden row of its last entry."""
+        items, wanted = [], []
+        for index, i in entries:
+            seg = segments[index]
+            last = seg.last and i == len(seg.tokens) - 1
+            items.append((seg.seq, bases[index] + i, seg.tokens[i], seg.rows[i], last))
+            if last:
+                wanted.append(index)
+        for index, result in zip(wanted, self._process_head(items)):
+            out[index] = result
+
+    def _process_head(self, items) -> list[tuple[np.ndarray, np.ndarray]]:
+        """One llama_process through llama_batch_ext, which carries a hidden row with every
+        token: (sequence, position, token, row, output) items; the logits and hidden row of
+        each item marked as an output, in order."""
         lib, ext = _llama(), _llama_ext()
         batch, width = self._head_batch, self.model.n_embd_out
         lib.llama_batch_ext_clear(batch)
         kept, outputs = [], []
         position = (lib.llama_pos * 1)()
-        for index, i in entries:
-            seg = segments[index]
-            row = np.ascontiguousarray(seg.rows[i], dtype=np.float32)
+        for seq, pos, token, row, output in items:
+            row = np.ascontiguousarray(row, dtype=np.float32)
             kept.append(row)  # C reads the row when the batch is processed
-            at = lib.llama_batch_ext_add_token(batch, seg.seq, int(seg.tokens[i]))
-            position[0] = bases[index] + i
+            at = lib.llama_batch_ext_add_token(batch, seq, int(token))
+            position[0] = pos
             if at < 0 or not lib.llama_batch_ext_set_pos(batch, at, position) or not lib.llama_batch_ext_set_embd_token(
                     batch, at, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width)):
                 raise SpecrunError("llama.cpp refused an entry of a multi-token-prediction batch", "use another --spec mode; SPECRUN_DEBUG=1 shows details")
-            if seg.last and i == len(seg.tokens) - 1:
+            if output:
                 lib.llama_batch_ext_set_output_logits(batch, at, True)
-                outputs.append((index, at))
+                outputs.append(at)
         start_time = time.perf_counter()
         status = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, batch)
         self.decode_seconds += time.perf_counter() - start_time
         if status != 0:
-            raise SpecrunError(f"the multi-token-prediction head failed with status {status} on {len(entries)} entries",
+            raise SpecrunError(f"the multi-token-prediction head failed with status {status} on {len(items)} entries",
                                "raise --ctx-size or use another --spec mode; SPECRUN_DEBUG=1 shows details")
-        for index, at in outputs:
-            logits = float_view(lib.llama_get_logits_ith(self.ptr, at), (self.model.n_vocab,)).copy()
-            hidden = float_view(ext.llama_get_embeddings_nextn_ith(self.ptr, at), (width,)).copy()
-            out[index] = (logits, hidden)
+        return [(float_view(lib.llama_get_logits_ith(self.ptr, at), (self.model.n_vocab,)).copy(),
+                 float_view(ext.llama_get_embeddings_nextn_ith(self.ptr, at), (width,)).copy()) for at in outputs]
 
     # -- rewinding ---------------------------------------------------------------------------
 

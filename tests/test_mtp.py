@@ -426,3 +426,18 @@ def test_drafts_lists_a_gemma4_assistant_for_its_target_only(gemma4_target, gemm
     other = json.loads(specrun("drafts", str(swa_target), "--search", folder, "--json", "--all").stdout)["drafts"]
     (entry,) = [d for d in other if d["path"] == str(gemma4_assistant)]
     assert entry["compatible"] is False and entry["drafting"] is None and "only for a Gemma 4 target" in entry["first_failure"]
+
+
+@pytest.mark.parametrize("pair_of", ["heads", "assistant"])
+def test_bench_has_rows_of_its_own_for_mtp(request, hybrid_mtp_target, gemma4_target, gemma4_assistant, tmp_path, pair_of):
+    """Bench times `--spec mtp` beside plain, with the target's own heads or with an assistant,
+    and checks its greedy text against plain decoding's."""
+    models = ("--target", str(hybrid_mtp_target)) if pair_of == "heads" else ("--target", str(gemma4_target), "--draft", str(gemma4_assistant))
+    report = tmp_path / "bench.json"
+    result = specrun("bench", *models, "--quick", "--category", "code-generation", "--spec", "off,mtp", "--max-tokens", "8",
+                     "--warmup", "0", "--json", report, "-c", "1024", "--quiet", "--threads", "1", timeout=600)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(report.read_text())
+    (row,) = [r for r in doc["categories"] if r["mode"] == "mtp" and r["category"] == "code-generation"]
+    assert row["drafted"] > 0 and len(row["acceptance_by_position"]) == row["draft_max"]
+    assert doc["correctness"]["diverged"] == 0 and doc["correctness"]["identical"] == doc["correctness"]["checked"] > 0

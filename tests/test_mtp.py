@@ -132,6 +132,55 @@ def test_serve_answers_four_concurrent_requests_as_alone(hybrid_mtp_target, swa_
             pair.close()
 
 
+@pytest.mark.parametrize("fixture", ["hybrid_mtp_target", "swa_target", "gemma4_target"])
+def test_serve_runs_every_mode_on_hybrid_and_sliding_window_targets(request, hybrid_draft, gemma4_assistant, fixture):
+    """Four concurrent requests in every mode: at temperature 0 each answer is plain decoding's,
+    at 0.8 each runs to its length. The gemma4 target drafts mtp with its assistant, the others
+    with their heads (the hybrid) or not at all."""
+    import threading
+
+    import openai
+    from serve_helpers import FLAT_COSTS, WAIT, load_pair, served
+
+    prompts = ["hello", "abc abc abc abc", PROMPT, "def f(x):"]
+    target = request.getfixturevalue(fixture)
+
+    def answers(pair, mode: str, temperature: float) -> list:
+        with served(pair, costs=FLAT_COSTS, parallel=4, mode=mode, draft_max=4) as running:
+            client = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=WAIT)
+            got: dict[int, object] = {}
+
+            def complete(i: int, prompt: str) -> None:
+                got[i] = client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=temperature, seed=i)
+
+            threads = [threading.Thread(target=complete, args=(i, p)) for i, p in enumerate(prompts)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(WAIT)
+        return [got[i] for i in range(len(prompts))]
+
+    pair = load_pair(target, hybrid_draft)
+    try:
+        plain = [a.choices[0].text for a in answers(pair, "off", 0)]
+        modes = ["draft", "ngram", "hybrid", "auto"] + (["mtp"] if fixture == "hybrid_mtp_target" else [])
+        for mode in modes:
+            assert [a.choices[0].text for a in answers(pair, mode, 0)] == plain, mode
+            sampled = answers(pair, mode, 0.8)
+            assert all(a.usage.completion_tokens == 24 or a.choices[0].finish_reason == "stop" for a in sampled), mode
+    finally:
+        pair.close()
+    if fixture == "gemma4_target":
+        assisted = load_pair(target, gemma4_assistant)
+        try:
+            for mode in ("mtp", "auto"):
+                assert [a.choices[0].text for a in answers(assisted, mode, 0)] == plain, mode
+                sampled = answers(assisted, mode, 0.8)
+                assert all(a.usage.completion_tokens == 24 or a.choices[0].finish_reason == "stop" for a in sampled), mode
+        finally:
+            assisted.close()
+
+
 def test_a_cache_that_cannot_rewind_decodes_plain_in_every_mode_said_once(hybrid_mtp_target):
     said: list[str] = []
     pair = Pair(PairConfig(hybrid_mtp_target, None, ctx_size=512, threads=1), warn=said.append)

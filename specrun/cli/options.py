@@ -31,7 +31,7 @@ Target = Annotated[
 ]
 Draft = Annotated[
     Optional[str],
-    typer.Option("--draft", "-md", help="Draft model (same forms as --target), or 'none' for plain decoding. Default: the pair's draft.", rich_help_panel=MODELS),
+    typer.Option("--draft", "-md", help="Draft model (same forms as --target), a Gemma 4 MTP assistant for a Gemma 4 target, or 'none' for plain decoding. Default: the pair's draft.", rich_help_panel=MODELS),
 ]
 PairName = Annotated[
     Optional[str], typer.Option("--pair", help="A pair from the registry (see `specrun pairs`).", rich_help_panel=MODELS)

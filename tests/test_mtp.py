@@ -479,11 +479,13 @@ def test_drafts_lists_a_gemma4_assistant_for_its_target_only(gemma4_target, gemm
 
 @pytest.mark.parametrize("pair_of", ["heads", "assistant"])
 def test_bench_has_rows_of_its_own_for_mtp(request, hybrid_mtp_target, gemma4_target, gemma4_assistant, tmp_path, pair_of):
-    """Bench times `--spec mtp` beside plain, with the target's own heads or with an assistant,
-    and checks its greedy text against plain decoding's."""
+    """Bench times `--spec mtp` beside plain, with the target's own heads or with an assistant (by
+    default with an assistant, which drafts in no other mode), and checks its greedy text against
+    plain decoding's."""
     models = ("--target", str(hybrid_mtp_target)) if pair_of == "heads" else ("--target", str(gemma4_target), "--draft", str(gemma4_assistant))
     report = tmp_path / "bench.json"
-    result = specrun("bench", *models, "--quick", "--category", "code-generation", "--spec", "off,mtp", "--max-tokens", "8",
+    spec = ("--spec", "off,mtp") if pair_of == "heads" else ()  # with an assistant, the default
+    result = specrun("bench", *models, "--quick", "--category", "code-generation", *spec, "--max-tokens", "8",
                      "--warmup", "0", "--json", report, "-c", "1024", "--quiet", "--threads", "1", timeout=600)
     assert result.returncode == 0, result.stderr
     doc = json.loads(report.read_text())

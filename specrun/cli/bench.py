@@ -35,6 +35,7 @@ from ..bench.runner import (
     run_bench,
 )
 from ..errors import InputError
+from ..models.modelfile import is_assistant
 from ..runtime.chat_format import thinking_variables
 from ..terminal import Output, progress_display
 from . import options as opt
@@ -134,6 +135,8 @@ def bench(
     load_start = load_average()
     out = Output(quiet=quiet, json_mode=json_file == "-")
     resolved = resolve(models)
+    if spec is None and resolved.draft is not None and is_assistant(resolved.draft):
+        modes = ["off", "mtp"]  # a Gemma 4 assistant drafts under mtp only
     configs = configurations(modes, ks, temperatures, QUICK["draft_max"] if quick else resolved.recommended_k, synthetic)
     loaded = open_pair(resolved, runtime, out.warn)
     out.note(f"specrun: {loaded.placement.describe()}")

@@ -200,17 +200,19 @@ def _time_assistant(head: Context, seq: int, token: int, row: np.ndarray, reps: 
     cache (which holds the calibration text): its one-row pass, the fastest of `reps` after one
     untimed."""
     entry = [(seq, len(head.other.tokens[seq]), token, row)]
-    times = []
-    for rep in range(reps + 1):
-        start = time.perf_counter()
-        if rep and meter is not None:
-            with meter:
-                head.head_rows(entry)
-        else:
-            head.head_rows(entry)
-        if rep:
-            times.append(time.perf_counter() - start)
-    return {1: min(times)}
+    head.head_rows(entry)  # warms up
+    return {1: min(_timed(lambda: head.head_rows(entry), meter) for _ in range(reps))}
+
+
+def _timed(call: Callable[[], object], meter: Meter | None) -> float:
+    """Seconds `call` takes, metered when a meter is given."""
+    start = time.perf_counter()
+    if meter is not None:
+        with meter:
+            call()
+    else:
+        call()
+    return time.perf_counter() - start
 
 
 def _time_passes(ctx: Context, seq: int, feed: Callable[[Sequence[int], bool], None], tokens: Sequence[int],
@@ -223,14 +225,9 @@ def _time_passes(ctx: Context, seq: int, feed: Callable[[Sequence[int], bool], N
     times: dict[int, list[float]] = {size: [] for size in sizes}
     for rep in range(reps + 1):
         for size in sizes:
-            start = time.perf_counter()
-            if rep and meter is not None:
-                with meter:
-                    feed(filler[:size], True)
-            else:
-                feed(filler[:size], True)
+            seconds = _timed(lambda: feed(filler[:size], True), meter if rep else None)
             if rep:  # the first round warms up
-                times[size].append(time.perf_counter() - start)
+                times[size].append(seconds)
             ctx.trim(seq, base)
     return {size: min(values) for size, values in times.items()}
 

@@ -77,11 +77,14 @@ class MtpDrafter:
 
     def _prune(self, seq: int) -> None:
         """Rows the head has read are dropped, but the last one: the next pair needs it."""
+        self._forget_rows_before(seq, len(self.ctx.tokens[seq]) - 1)
+
+    def _forget_rows_before(self, seq: int, position: int) -> None:
+        """The target's rows of `seq` before `position` are never read again."""
         kept = self._rows.get(seq)
         if kept:
-            floor = len(self.ctx.tokens[seq]) - 1
-            for position in [p for p in kept if p < floor]:
-                del kept[position]
+            for old in [p for p in kept if p < position]:
+                del kept[old]
 
     def lag(self, seq: int, history: Sequence[int]) -> int:
         return max(0, len(history) - 1 - self.ctx.common_prefix(seq, history))
@@ -181,9 +184,6 @@ class AssistantDrafter(MtpDrafter):
     each later depth from the token drafted before with the assistant's own row, as llama.cpp
     drives it. It drafts any K; each token's q is the assistant's own distribution."""
 
-    def __init__(self, assistant: Context, target: Context, *, p_min: float = 0.0, min_draft: int = 0):
-        super().__init__(assistant, target, p_min=p_min, min_draft=min_draft)
-
     def _hidden(self, seq: int, position: int, rows: np.ndarray) -> None:
         """Only the row behind the last committed token is ever read, and it lies in the target's
         latest pass: rows before that pass go, however long auto leaves the assistant unused."""
@@ -216,13 +216,6 @@ class AssistantDrafter(MtpDrafter):
                     current[request.seq] = (token, hidden)
             live = still
         return out
-
-    def _forget_rows_before(self, seq: int, position: int) -> None:
-        """The target's rows before `position` are never read again."""
-        kept = self._rows.get(seq)
-        if kept:
-            for old in [p for p in kept if p < position]:
-                del kept[old]
 
     def forget(self, seq: int) -> None:
         self._rows.pop(seq, None)  # no cache of its own: the cells are the target's

@@ -203,7 +203,7 @@ def check(
     """Report whether DRAFT can draft for TARGET, from GGUF metadata only: through shared tokens, or
     through text. Exit 0 when it can, 3 when it cannot."""
     from ..models.compat import check_pair
-    from ..models.modelfile import is_assistant, require_assistant_fits
+    from ..models.modelfile import assists, is_assistant
 
     reg = load_registry(registry)
     target_spec, draft_spec = _specs(target, draft, reg)
@@ -224,8 +224,7 @@ def check(
                 return
             raise InputError(f"no draft given for '{target_spec}'", "pass a DRAFT too, or run `specrun drafts TARGET` to find one")
         draft_path = resolve_spec(draft_spec, reg, hook)
-    if is_assistant(draft_path):  # it drafts over the target's cache, or cannot: one line naming why
-        require_assistant_fits(target_path, draft_path)
+    if assists(target_path, draft_path):  # it drafts over the target's cache, or cannot: one line naming why
         facts["assistant"] = True
     report = check_pair(target_path, draft_path)
     if json_output:
@@ -345,7 +344,7 @@ def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCa
     A file that is no readable model is a candidate that failed, never the end of the listing: the
     folders scanned (the Hugging Face cache, --search) hold whatever was put there."""
     from ..models.compat import check_pair, read_vocab
-    from ..models.modelfile import is_assistant, require_assistant_fits
+    from ..models.modelfile import assists
 
     target_size = target.stat().st_size
     vetted = []
@@ -357,12 +356,11 @@ def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCa
         try:
             report = check_pair(target, found.path)
             ok, reason, readable, drafting = report.compatible, report.first_failure, True, report.drafting
-            if is_assistant(found.path):  # it drafts over a Gemma 4 target's cache, or for no target here
-                try:
-                    require_assistant_fits(target, found.path)
+            try:  # an assistant drafts over a Gemma 4 target's cache, or for no target here
+                if assists(target, found.path):
                     drafting = ASSISTANT if drafting == "token" else None
-                except IncompatibleModelsError as exc:
-                    ok, reason, drafting = False, exc.message, None
+            except IncompatibleModelsError as exc:
+                ok, reason, drafting = False, exc.message, None
         except ModelFileError as exc:
             ok, reason, readable, drafting = False, exc.message, False, None
         vetted.append(DraftCandidate(found.path, found.found_in, found.name, found.size, found.size / target_size, ok, reason, readable,

@@ -77,9 +77,18 @@ def is_assistant(path: str | os.PathLike) -> bool:
     return read_model_header(path).metadata.get("general.architecture") == "gemma4-assistant"
 
 
-def require_assistant_fits(target: str | os.PathLike, assistant: str | os.PathLike) -> None:
-    """An assistant reads a Gemma 4 target's cache and hidden state, so only a `gemma4` target of
-    the width it was made for will do; anything else is one line before llama.cpp sees the pair."""
+def assists(target: str | os.PathLike, draft: str | os.PathLike) -> bool:
+    """Whether `draft` is a Gemma 4 MTP assistant (False for any other draft). An assistant reads a
+    Gemma 4 target's cache and hidden state, so only a `gemma4` target of the width it was made
+    for will do; for any other target it is an IncompatibleModelsError, one line before llama.cpp
+    sees the pair."""
+    if not is_assistant(draft):
+        return False
+    _require_fit(target, draft)
+    return True
+
+
+def _require_fit(target: str | os.PathLike, assistant: str | os.PathLike) -> None:
     meta, own = read_model_header(target).metadata, read_model_header(assistant).metadata
     arch = meta.get("general.architecture")
     if arch != "gemma4":

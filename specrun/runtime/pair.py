@@ -23,7 +23,7 @@ from ..engine.llama import LoadOptions, Model
 from ..engine.sequence import GenerationSettings
 from ..errors import IncompatibleModelsError
 from ..models.compat import require_draftable
-from ..models.modelfile import UNCHAINED_HEADS, check_gguf_file, is_assistant, mtp_chain, mtp_layers, require_assistant_fits
+from ..models.modelfile import UNCHAINED_HEADS, assists, check_gguf_file, mtp_chain, mtp_layers
 from ..models.sizes import model_size
 from .chat_format import ChatFormat, ChatPrompt
 from .placement import DeviceSpace, ModelPlacement, Placement, Request, plan
@@ -90,9 +90,8 @@ class Pair:
         self.assisted = False  # the draft is a Gemma 4 MTP assistant, which drafts over the target's cache
         if config.draft is not None:
             check_gguf_file(config.draft)
-            self.assisted = is_assistant(config.draft)
+            self.assisted = assists(config.target, config.draft)
             if self.assisted:
-                require_assistant_fits(config.target, config.draft)
                 if require_draftable(Path(config.target), Path(config.draft)).drafting != "token":
                     raise IncompatibleModelsError(f"{Path(config.draft).name} does not share the vocabulary of {Path(config.target).name}",
                                                   "use the assistant published with this target")

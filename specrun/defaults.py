@@ -10,6 +10,7 @@ TEMPERATURE = 0.8  # llama.cpp's default
 TOP_K = 40
 TOP_P = 0.95
 MIN_P = 0.05
+SHORTLIST_MAX = 1024  # top-k up to this is applied in llama.cpp's graph, and the host reads only the survivors
 MODES = ("off", "draft", "ngram", "hybrid", "text", "mtp", "auto")  # --spec
 SPEC_MODE = "auto"
 LOOKUP = "ngram"  # the drafters' names, as stats and --json report them

@@ -86,15 +86,21 @@ def test_kv_caches_match_a_fresh_context_after_partial_and_full_acceptance(draft
         target = generation.engine.target
         assert target.tokens[0] == history[:-1]
         base = len(target.tokens[0])
+        cut = target.shortlisted(0)
+        target.shortlist(0, 0)  # whole rows, to compare with a fresh context's
         cached = target.feed(0, [history[-1]], "last")
         target.trim(0, base)
+        target.shortlist(0, cut)
         assert np.allclose(cached, fresh_logits(draft_pair.target_model, history), atol=2e-2)
         draft_ctx = generation.engine.model.ctx
         # The draft cache still holds every accepted token: at most the last drafted token (never
         # decoded) and the target's token are missing, so the next proposal feeds at most two tokens.
         assert draft_ctx.common_prefix(0, history) >= len(history) - 2
         draft_ctx.trim(0, draft_ctx.common_prefix(0, history))
+        cut = draft_ctx.shortlisted(0)
+        draft_ctx.shortlist(0, 0)
         logits = draft_ctx.feed(0, history[len(draft_ctx.tokens[0]):], "last")
+        draft_ctx.shortlist(0, cut)
         assert draft_ctx.tokens[0] == history
         assert np.allclose(logits, fresh_logits(draft_pair.draft_model, history), atol=2e-2)
         draft_ctx.trim(0, len(history) - 1)

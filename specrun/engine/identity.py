@@ -91,6 +91,7 @@ def output_rows(ctx: Context, prompt: Sequence[int], output: Sequence[int], seq:
     last token, so several outputs of one prompt share that prefill."""
     if not prompt:
         raise ValueError("an output is checked after a prompt of at least one token")
+    ctx.shortlist(seq, 0)  # whole rows: they are compared with each other
     head = list(prompt[:-1])
     keep = ctx.common_prefix(seq, head)
     ctx.trim(seq, keep)
@@ -112,6 +113,7 @@ def logit_noise(ctx: Context, tokens: Sequence[int], seq: int = 0) -> float:
     if not tail:
         return 0.0
     ctx.clear(seq)
+    ctx.shortlist(seq, 0)  # whole rows: their top 5 are compared
     try:
         head = tokens[: len(tokens) - len(tail)]
         if head:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import ContextOverflowError, InputError, ModelFileError, SpecrunError
 from .lib import _llama, _llama_ext, init_backend
+from .shortlist import Shortlist
 
 
 @dataclass(frozen=True)
@@ -343,6 +344,7 @@ class Context(FreedOnCollection):
         params.n_threads_batch = n_threads
         params.no_perf = True
         params.swa_full = True  # a sliding window kept in full: every cut of a kept cache stays exact
+        params.n_outputs_max_per_seq = 0  # a shortlisted sequence may verify a whole batch's rows
         if model.recurrent:
             params.n_rs_seq = rollback
         if head:
@@ -373,6 +375,8 @@ class Context(FreedOnCollection):
         if hidden or head:
             _llama_ext().llama_set_embeddings_nextn(self.ptr, True, head)  # the head: rows for its outputs only
         self._head_batch = lib.llama_batch_ext_init(self.ptr) if head else None
+        self._shortlists = [0] * n_seq  # each sequence's top-k cut in the graph (0: full rows)
+        self._chains = [None] * n_seq  # the sampler chains doing it, freed when replaced
         self._batch_arrays(lib)
 
     @property
@@ -402,6 +406,7 @@ class Context(FreedOnCollection):
         self._logits_address: int | None = None
         self._logits_at = logits_address_function()
         self._logits: np.ndarray | None = None
+        self._sampled_at = sampled_address_functions()
 
     # -- state -------------------------------------------------------------------------------
 
@@ -416,12 +421,38 @@ class Context(FreedOnCollection):
         """Length of the longest prefix shared by sequence `seq`'s cache and `history`."""
         return common_prefix(self.tokens[seq], history)
 
+    def shortlist(self, seq: int, k: int) -> None:
+        """From now on, have llama.cpp cut sequence `seq`'s rows to their top k in its graph and
+        return them as Shortlists (engine/shortlist.py); 0 returns full rows again. A context that
+        keeps hidden rows or runs a head always returns full rows, and so does a backend that
+        cannot run the cut. A change takes effect at the next pass, which rebuilds the graph."""
+        if self.hidden or self.head or not 0 < k < self.model.n_vocab:
+            k = 0
+        if k == self._shortlists[seq]:
+            return
+        lib = _llama()
+        chain = None
+        if k:
+            chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(k))
+        if not lib.llama_set_sampler(self.ptr, seq, chain) and chain is not None:
+            lib.llama_sampler_free(chain)  # not offloaded: llama.cpp dropped the sequence's cut
+            chain, k = None, 0
+        if self._chains[seq] is not None:
+            lib.llama_sampler_free(self._chains[seq])
+        self._chains[seq], self._shortlists[seq] = chain, k
+
+    def shortlisted(self, seq: int) -> int:
+        """The top-k cut sequence `seq`'s rows take (0: full rows)."""
+        return self._shortlists[seq]
+
     # -- decoding ----------------------------------------------------------------------------
 
-    def decode(self, segments: Sequence[Segment], *, copy: bool = True) -> list[np.ndarray | None]:
+    def decode(self, segments: Sequence[Segment], *, copy: bool = True) -> list[np.ndarray | Shortlist | None]:
         """Append every segment's tokens to its sequence in as few passes as n_batch allows (one,
         for a step's verification batch); return, per segment, its logits: shape (n, n_vocab) for
-        "all", (n_vocab,) for "last", None for "none". On failure no sequence keeps any of it.
+        "all", (n_vocab,) for "last", None for "none"; a shortlisted sequence's rows come as a
+        Shortlist of those shapes, with k columns. On failure no sequence keeps any of it.
 
         `copy=False` returns views of llama.cpp's buffer (no copy of vocabulary-sized rows), valid
         only until the next decode on this context, and only for segments that fit one pass.
@@ -436,8 +467,7 @@ class Context(FreedOnCollection):
             else:
                 for pieces in self._chunks(segments):
                     self._pass(segments, bases, pieces, out, True)
-        return [None if seg.logits == "none" else (rows[0][-1] if seg.logits == "last" else
-                                                   rows[0] if len(rows) == 1 else np.concatenate(rows))
+        return [None if seg.logits == "none" else (rows[0][-1] if seg.logits == "last" else _joined(rows))
                 for seg, rows in zip(segments, out)]
 
     def feed(self, seq: int, tokens: Sequence[int], logits: str = "last") -> np.ndarray | None:
@@ -497,12 +527,12 @@ class Context(FreedOnCollection):
                 self._seq[row:row + n] = seg.seq
             if seg.logits == "all":
                 self._wants[row:row + n] = 1
-                wanted.append((index, n))
+                wanted.append((index, n, row))
             else:
                 self._wants[row:row + n] = 0
                 if seg.logits == "last" and end == len(seg.tokens):
                     self._wants[row + n - 1] = 1
-                    wanted.append((index, 1))
+                    wanted.append((index, 1, row + n - 1))
             row += n
         self.batch.n_tokens = row
         start_time = time.perf_counter()
@@ -522,13 +552,36 @@ class Context(FreedOnCollection):
                 at += end - start
         if not wanted:
             return
-        rows = sum(n for _, n in wanted)
-        view = self._logits_rows(rows)
+        view = None
         at = 0
-        for index, n in wanted:
-            block = view[at:at + n]
-            out[index].append(block.copy() if copy else block)
+        for index, n, position in wanted:
+            k = self._shortlists[segments[index].seq]
+            if k:
+                out[index].append(self._shortlist_rows(position, n, k))
+            else:
+                if view is None:  # llama.cpp copies full rows out only when some row is not shortlisted
+                    view = self._logits_rows(sum(n for _, n, _ in wanted))
+                block = view[at:at + n]
+                out[index].append(block.copy() if copy else block)
             at += n
+
+    def _shortlist_rows(self, position: int, n: int, k: int) -> Shortlist:
+        """The shortlists of the n output rows from batch position `position` on (copies: k
+        numbers a row). Consecutive outputs lie a vocabulary apart in llama.cpp's buffers, so
+        they are read as one strided block when they do."""
+        ids_at, logits_at, count_at = self._sampled_at
+        if count_at(self.ptr, position) != k:
+            raise SpecrunError(f"llama.cpp returned {count_at(self.ptr, position)} candidates for a row, not {k}",
+                               "SPECRUN_DEBUG=1 shows details")
+        stride = 4 * self.model.n_vocab
+        first_ids, first_logits = ids_at(self.ptr, position), logits_at(self.ptr, position)
+        if n == 1 or (ids_at(self.ptr, position + n - 1) == first_ids + (n - 1) * stride
+                      and logits_at(self.ptr, position + n - 1) == first_logits + (n - 1) * stride):
+            return Shortlist(np.array(float_view(first_ids, (n, k), "<i4", stride)),
+                             np.array(float_view(first_logits, (n, k), "<f4", stride)))
+        ids = np.stack([float_view(ids_at(self.ptr, position + i), (k,), "<i4") for i in range(n)])
+        logits = np.stack([float_view(logits_at(self.ptr, position + i), (k,)) for i in range(n)])
+        return Shortlist(ids, logits)
 
     def _logits_rows(self, rows: int) -> np.ndarray:
         """The first `rows` rows of llama.cpp's logits buffer: a slice of one view kept while the
@@ -700,17 +753,23 @@ class Context(FreedOnCollection):
         if getattr(self, "ptr", None):
             _llama().llama_free(self.ptr)
             self.ptr = None
+        for i, chain in enumerate(getattr(self, "_chains", ())):
+            if chain is not None:  # after the context, which holds them to the end
+                _llama().llama_sampler_free(chain)
+                self._chains[i] = None
 
 
 class _FloatBlock:
-    """Describes a block of C floats to numpy (its array interface), so that a view costs one
-    small dict; np.ctypeslib.as_array builds a ctypes array type for every call, a tenth of a
-    millisecond per pass once a pass has flushed the CPU's caches."""
+    """Describes a block of C floats (or int32s) to numpy (its array interface), so that a view
+    costs one small dict; np.ctypeslib.as_array builds a ctypes array type for every call, a tenth
+    of a millisecond per pass once a pass has flushed the CPU's caches."""
 
     __slots__ = ("__array_interface__",)
 
-    def __init__(self, address: int, shape: tuple[int, ...]):
-        self.__array_interface__ = {"data": (address, False), "shape": shape, "typestr": "<f4", "version": 3}
+    def __init__(self, address: int, shape: tuple[int, ...], typestr: str = "<f4", row_stride: int | None = None):
+        self.__array_interface__ = {"data": (address, False), "shape": shape, "typestr": typestr, "version": 3}
+        if row_stride is not None and len(shape) == 2:
+            self.__array_interface__["strides"] = (row_stride, 4)
 
 
 def logits_address_function():
@@ -725,13 +784,44 @@ def logits_address_function():
     return function
 
 
-def float_view(pointer, shape: tuple[int, ...]) -> np.ndarray:
-    """A numpy view of the C floats at `pointer` (a ctypes pointer llama.cpp returned, or its
-    address), valid as long as llama.cpp keeps that buffer."""
+def sampled_address_functions():
+    """llama.cpp's readers of a shortlisted row, by batch position: the address of its candidate
+    ids, the address of their logits (ints, for the reason logits_address_function gives), and
+    their count."""
+    lib = _llama()
+    handle = getattr(getattr(lib, "llama_cpp", None), "_lib", None)
+    if handle is None:
+        def address(function):
+            return lambda ctx, i: ctypes.cast(function(ctx, i), ctypes.c_void_p).value
+        return (address(lib.llama_get_sampled_candidates_ith), address(lib.llama_get_sampled_logits_ith),
+                lib.llama_get_sampled_candidates_count_ith)
+    functions = []
+    for name, restype in (("llama_get_sampled_candidates_ith", ctypes.c_void_p),
+                          ("llama_get_sampled_logits_ith", ctypes.c_void_p),
+                          ("llama_get_sampled_candidates_count_ith", ctypes.c_uint32)):
+        function = handle[name]
+        function.argtypes, function.restype = [ctypes.c_void_p, ctypes.c_int32], restype
+        functions.append(function)
+    return tuple(functions)
+
+
+def float_view(pointer, shape: tuple[int, ...], typestr: str = "<f4", row_stride: int | None = None) -> np.ndarray:
+    """A numpy view of the C floats (or, by `typestr`, int32s) at `pointer` (a ctypes pointer
+    llama.cpp returned, or its address), rows `row_stride` bytes apart when given, valid as long
+    as llama.cpp keeps that buffer."""
     address = pointer if isinstance(pointer, int) else ctypes.cast(pointer, ctypes.c_void_p).value
     if not address:
         raise SpecrunError("llama.cpp returned no output for this pass", "SPECRUN_DEBUG=1 shows details")
-    return np.asarray(_FloatBlock(address, shape))
+    return np.asarray(_FloatBlock(address, shape, typestr, row_stride))
+
+
+def _joined(blocks: list) -> "np.ndarray | Shortlist":
+    """One segment's rows from the passes it took, in order."""
+    if len(blocks) == 1:
+        return blocks[0]
+    if isinstance(blocks[0], Shortlist):
+        return Shortlist(np.concatenate([b.ids for b in blocks]), np.concatenate([b.logits for b in blocks]))
+    return np.concatenate(blocks)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -6,8 +6,9 @@ distribution, then temperature over the survivors. Temperature 0 means greedy: a
 argmax.
 
 A distribution is kept over its support only (`Dist`: the surviving ids and their probabilities).
-The chain leaves a few dozen candidates of a vocabulary of 150k; work over the whole vocabulary is
-one threshold pass, so a sampled step costs about what a greedy one does on the host.
+The chain leaves a few dozen candidates of a vocabulary of 150k. A row is either the whole
+vocabulary's logits (then top-k is one threshold pass here) or the shortlist llama.cpp's graph
+already cut to top-k (engine/shortlist.py); both give the same distribution.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import defaults
+from .shortlist import Shortlist, argmax
 
 _SUBSAMPLE = 64  # the top-k threshold is found on every 64th logit first (see top_ids)
 _FEW = 256  # survivors of top-k up to this many are transformed in plain Python (see SamplingParams.dist)
@@ -131,27 +133,44 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature <= 0
 
-    def dist(self, logits: np.ndarray) -> Dist:
-        """The distribution after all transforms (a point mass on the argmax when greedy).
+    @property
+    def shortlist(self) -> int:
+        """How many candidates of a row this sampling needs (see engine/shortlist.py): 1 when
+        greedy, top-k's k, or 0 when it needs the whole row (top-k off or too wide to pay)."""
+        if self.greedy:
+            return 1
+        return self.top_k if 0 < self.top_k <= defaults.SHORTLIST_MAX else 0
+
+    def dist(self, logits: "np.ndarray | Shortlist") -> Dist:
+        """The distribution after all transforms (a point mass on the argmax when greedy), from a
+        full row or from its top-k shortlist.
 
         Top-k leaves a few dozen survivors, which are transformed in plain Python: right after a
         pass has flushed the CPU's caches, each numpy call over a handful of numbers costs more
         than the arithmetic itself."""
         if self.greedy:
-            return Dist.point(int(np.argmax(logits)))
-        ids = top_ids(logits, self.top_k)
+            return Dist.point(argmax(logits))
+        if isinstance(logits, Shortlist):
+            ids, values = logits.ids, logits.logits
+            if 0 < self.top_k < ids.shape[0]:
+                keep = top_ids(values, self.top_k)
+                ids, values = ids[keep], values[keep]
+        else:
+            ids = top_ids(logits, self.top_k)
+            values = logits[ids]
         if ids.shape[0] > _FEW:
-            ids, kept = self._many(logits, ids)
+            ids, kept = self._many(values, ids)
             return Dist.of(ids, np.exp((kept - kept[0]) / self.temperature))
-        kept = self._few(logits, ids)
+        kept = self._few(values.tolist(), ids.tolist())
         best, temperature = kept[0][0], self.temperature
         by_id = sorted((token, math.exp((logit - best) / temperature)) for logit, token in kept)
         total = sum(weight for _, weight in by_id)
         return Dist(np.array([token for token, _ in by_id], dtype=np.int64), np.array([weight / total for _, weight in by_id]))
 
-    def _few(self, logits: np.ndarray, ids: np.ndarray) -> list[tuple[float, int]]:
-        """Top-p and min-p over the survivors of top-k: (untempered logit, id) pairs, highest first."""
-        kept = sorted(zip(logits[ids].tolist(), ids.tolist()), key=_negated_logit)
+    def _few(self, values: list[float], ids: list[int]) -> list[tuple[float, int]]:
+        """Top-p and min-p over the survivors of top-k (their logits and ids): (untempered logit,
+        id) pairs, highest first."""
+        kept = sorted(zip(values, ids), key=_negated_logit)
         if self.top_p < 1.0 or self.min_p > 0.0:
             best = kept[0][0]
             weights = [math.exp(logit - best) for logit, _ in kept]  # p / p_max
@@ -167,11 +186,11 @@ class SamplingParams:
                 kept = [pair for pair, weight in zip(kept, weights) if weight >= self.min_p]
         return kept
 
-    def _many(self, logits: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`_few`'s transforms in numpy, for more than _FEW survivors (top-k off): ids and
+    def _many(self, values: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_few`'s transforms in numpy, for more than _FEW survivors (top-k off or wide): ids and
         untempered logits, highest first."""
-        ids = ids[np.argsort(-logits[ids], kind="stable")]
-        kept = logits[ids].astype(np.float64)
+        order = np.argsort(-values, kind="stable")
+        ids, kept = ids[order], values[order].astype(np.float64)
         if self.top_p < 1.0 or self.min_p > 0.0:
             weights = np.exp(kept - kept[0])
             if self.top_p < 1.0:
@@ -187,9 +206,9 @@ class SamplingParams:
         """The same distribution as a full-vocabulary vector."""
         return self.dist(logits).dense(logits.shape[0])
 
-    def pick(self, logits: np.ndarray, rng: np.random.Generator) -> int:
-        """The next token from one row of logits: the argmax, or a draw."""
-        return int(np.argmax(logits)) if self.greedy else self.dist(logits).sample(rng)
+    def pick(self, logits: "np.ndarray | Shortlist", rng: np.random.Generator) -> int:
+        """The next token from one row of logits (or its shortlist): the argmax, or a draw."""
+        return argmax(logits) if self.greedy else self.dist(logits).sample(rng)
 
 
 def _negated_logit(pair: tuple[float, int]) -> float:

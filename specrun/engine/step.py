@@ -160,6 +160,7 @@ class Engine:
             k_max = min(settings.draft_max_for(self.policy.mode), self.policy.k_max) if self.policy.k_max else 0
             state = SequenceState(seq, prompt, settings, self.target.model, cached=keep, k_max=k_max,
                                   rng=rng if rng is not None else make_rng(settings.seed), arrived=arrived)
+            self.target.shortlist(seq, state.sampling.shortlist)
         except BaseException:  # a generation that cannot start never holds a sequence
             self.slots.release(seq)
             for ctx in self._contexts():

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .sampling import Dist, SamplingParams
+from .shortlist import argmax_rows
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,10 @@ class Verdict:
     tokens: list[int]  # accepted draft tokens, then the target's token
 
 
-def verify_greedy(draft: Sequence[int], target_logits: np.ndarray) -> Verdict:
-    """target_logits has len(draft)+1 rows: row i is the target's next-token logits after draft[:i]."""
-    choices = np.argmax(target_logits, axis=1)
+def verify_greedy(draft: Sequence[int], target_logits) -> Verdict:
+    """target_logits has len(draft)+1 rows (full rows or a Shortlist): row i is the target's
+    next-token logits after draft[:i]."""
+    choices = argmax_rows(target_logits)
     accepted = 0
     for token, choice in zip(draft, choices):
         if token != choice:
@@ -60,8 +62,8 @@ def verify_sampling(
 
 def verify(draft: Sequence[int], q_rows: Sequence[Dist] | None, rows: np.ndarray, sampling: SamplingParams,
            rng: np.random.Generator) -> Verdict:
-    """The one verification of a step's `[last] + draft` rows (shape (len(draft) + 1, n_vocab)):
-    greedy or speculative sampling, as the sequence samples."""
+    """The one verification of a step's `[last] + draft` rows (shape (len(draft) + 1, n_vocab), or
+    their Shortlist): greedy or speculative sampling, as the sequence samples."""
     if sampling.greedy:
         return verify_greedy(draft, rows)
     return verify_sampling(draft, q_rows, lambda i: sampling.dist(rows[i]), rng)

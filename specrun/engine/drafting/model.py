@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from ..llama import Context, Model, Segment
+from ..shortlist import argmax
 from .protocol import Draft, DraftPass, DraftRequest, Proposals
 
 
@@ -29,7 +30,7 @@ def choose(request: DraftRequest, logits: np.ndarray, draft: Draft, depth: int, 
     its confidence fell below `p_min` after `min_draft` tokens."""
     q = None
     if request.sampling.greedy:
-        token = int(np.argmax(logits))
+        token = argmax(logits)
         confidence = top_probability(logits) if p_min > 0 else 1.0
     else:
         q = request.sampling.dist(logits)
@@ -131,6 +132,7 @@ class ModelDrafter:
             keep = min(self.ctx.common_prefix(request.seq, fed), len(fed) - 1)  # the last one is decoded again for its logits
             self.ctx.trim(request.seq, keep)
             segments.append(Segment(request.seq, fed[keep:], "last"))
+            self.ctx.shortlist(request.seq, self._shortlist(request))
             out.drafts[request.seq] = Draft(q=None if request.sampling.greedy else [], confidence=[])
         depth = 0
         while live:
@@ -148,6 +150,14 @@ class ModelDrafter:
                     segments.append(Segment(request.seq, [token], "last"))
             live = still
         return out
+
+    def _shortlist(self, request: DraftRequest) -> int:
+        """The top-k cut the draft's rows may take in the graph: none where the whole row is
+        needed, for the confidence of a greedy draft under p_min (a softmax over the vocabulary)
+        or for the bridge's cut to the target's ids (which comes before top-k)."""
+        if self.bridge is not None or (request.sampling.greedy and self.p_min > 0):
+            return 0
+        return request.sampling.shortlist
 
     def _choose(self, request: DraftRequest, logits: np.ndarray, draft: Draft, depth: int) -> int | None:
         """Pick the token at `depth` for one sequence and append it to its draft; None when the draft stops here."""

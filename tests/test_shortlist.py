@@ -3,6 +3,8 @@ logits as the full row, the same distributions, and the engine asks for them whe
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ from specrun.engine.sequence import GenerationSettings
 from specrun.engine.shortlist import Shortlist, argmax, argmax_rows
 from specrun.engine.step import Engine
 from specrun.engine.verify import verify
+from specrun.errors import SpecrunError
 
 
 def _top(row: np.ndarray, k: int) -> Shortlist:
@@ -64,6 +67,39 @@ def test_verification_of_shortlisted_rows_is_that_of_full_rows():
 @pytest.fixture
 def model(tiny_target):
     return Model(tiny_target, LoadOptions(use_extra_bufts=False))
+
+
+def _buffers(order: list[int], n_vocab: int, k: int):
+    """llama.cpp-like sampled buffers: batch position i's row stored at output slot order[i]."""
+    ids = np.zeros((len(order), n_vocab), dtype=np.int32)
+    logits = np.zeros((len(order), n_vocab), dtype=np.float32)
+    for position, slot in enumerate(order):
+        ids[slot, :k] = np.arange(k) + 100 * position
+        logits[slot, :k] = -np.arange(k) - 0.5 * position
+    stride = 4 * n_vocab
+    readers = (lambda ctx, i: ids.ctypes.data + order[i] * stride,
+               lambda ctx, i: logits.ctypes.data + order[i] * stride,
+               lambda ctx, i: k)
+    fake = SimpleNamespace(ptr=None, model=SimpleNamespace(n_vocab=n_vocab), _sampled_at=readers)
+    return fake, ids, logits
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [2, 0, 3, 1], [0, 1, 3, 2]])
+def test_shortlisted_rows_are_read_in_batch_order_wherever_llama_cpp_stores_them(order):
+    fake, ids, logits = _buffers(order, n_vocab=16, k=3)
+    rows = Context._shortlist_rows(fake, 0, len(order), 3)
+    assert rows.ids.tolist() == [[100 * p, 100 * p + 1, 100 * p + 2] for p in range(len(order))]
+    assert rows.logits.tolist() == [[-0.5 * p, -1 - 0.5 * p, -2 - 0.5 * p] for p in range(len(order))]
+    tail = Context._shortlist_rows(fake, 1, 2, 3)
+    assert tail.ids[:, 0].tolist() == [100, 200]
+    ids[:] = 0  # what was read is a copy: llama.cpp's next pass overwrites its buffers
+    assert rows.ids[1, 0] == 100
+
+
+def test_a_row_with_another_number_of_candidates_is_refused():
+    fake, _, _ = _buffers([0, 1], n_vocab=8, k=3)
+    with pytest.raises(SpecrunError, match="candidates"):
+        Context._shortlist_rows(fake, 0, 2, 4)
 
 
 def test_llama_cpp_cuts_a_sequences_rows_to_the_top_k_of_its_full_rows(model):

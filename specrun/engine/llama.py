@@ -404,9 +404,12 @@ class Context(FreedOnCollection):
         batch.logits = self._wants.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
         self.batch = batch
         self._logits_address: int | None = None
-        self._logits_at = logits_address_function()
+        self._logits_at = address_function("llama_get_logits", [ctypes.c_void_p])
         self._logits: np.ndarray | None = None
-        self._sampled_at = sampled_address_functions()
+        by_row = [ctypes.c_void_p, ctypes.c_int32]  # a shortlisted row's candidate ids, their logits, their count
+        self._sampled_at = (address_function("llama_get_sampled_candidates_ith", by_row),
+                            address_function("llama_get_sampled_logits_ith", by_row),
+                            address_function("llama_get_sampled_candidates_count_ith", by_row, ctypes.c_uint32))
 
     # -- state -------------------------------------------------------------------------------
 
@@ -772,37 +775,19 @@ class _FloatBlock:
             self.__array_interface__["strides"] = (row_stride, 4)
 
 
-def logits_address_function():
-    """llama_get_logits returning the buffer's address as an int: the binding's own returns a
-    ctypes pointer object, which costs a cast on every pass."""
+def address_function(name: str, argtypes: list, restype=ctypes.c_void_p):
+    """llama.cpp's function `name` returning a plain int (an address, or a count by `restype`):
+    the binding's own returns a ctypes pointer object, which costs a cast on every pass."""
     lib = _llama()
     handle = getattr(getattr(lib, "llama_cpp", None), "_lib", None)
     if handle is None:
-        return lambda ctx: ctypes.cast(lib.llama_get_logits(ctx), ctypes.c_void_p).value
-    function = handle["llama_get_logits"]
-    function.argtypes, function.restype = [ctypes.c_void_p], ctypes.c_void_p
+        binding = getattr(lib, name)
+        if restype is not ctypes.c_void_p:
+            return binding
+        return lambda *args: ctypes.cast(binding(*args), ctypes.c_void_p).value
+    function = handle[name]
+    function.argtypes, function.restype = argtypes, restype
     return function
-
-
-def sampled_address_functions():
-    """llama.cpp's readers of a shortlisted row, by batch position: the address of its candidate
-    ids, the address of their logits (ints, for the reason logits_address_function gives), and
-    their count."""
-    lib = _llama()
-    handle = getattr(getattr(lib, "llama_cpp", None), "_lib", None)
-    if handle is None:
-        def address(function):
-            return lambda ctx, i: ctypes.cast(function(ctx, i), ctypes.c_void_p).value
-        return (address(lib.llama_get_sampled_candidates_ith), address(lib.llama_get_sampled_logits_ith),
-                lib.llama_get_sampled_candidates_count_ith)
-    functions = []
-    for name, restype in (("llama_get_sampled_candidates_ith", ctypes.c_void_p),
-                          ("llama_get_sampled_logits_ith", ctypes.c_void_p),
-                          ("llama_get_sampled_candidates_count_ith", ctypes.c_uint32)):
-        function = handle[name]
-        function.argtypes, function.restype = [ctypes.c_void_p, ctypes.c_int32], restype
-        functions.append(function)
-    return tuple(functions)
 
 
 def float_view(pointer, shape: tuple[int, ...], typestr: str = "<f4", row_stride: int | None = None) -> np.ndarray:

@@ -49,11 +49,12 @@ def empirical_first_token(q: np.ndarray | None, seed: int) -> np.ndarray:
     """Distribution of the first committed token when the draft is sampled from q (or fixed)."""
     rng = make_rng(seed)
     counts = np.zeros(len(P))
+    q_dist = None if q is None else Dist.from_dense(q)
     for _ in range(DRAWS):
-        if q is None:
+        if q_dist is None:
             draft, q_rows = [1], None
         else:
-            draft, q_rows = [int(rng.choice(len(q), p=q))], [Dist.from_dense(q)]
+            draft, q_rows = [q_dist.sample(rng)], [q_dist]  # as a draft model draws it
         verdict = verify_sampling(draft, q_rows, lambda i: P_DIST, rng)
         counts[verdict.tokens[0]] += 1
     return counts / DRAWS

@@ -14,7 +14,10 @@ already cut to top-k (engine/shortlist.py); both give the same distribution.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from itertools import accumulate
+from typing import Protocol
 
 import numpy as np
 
@@ -52,19 +55,27 @@ def top_ids(logits: np.ndarray, k: int) -> np.ndarray:
     return pool
 
 
+class Rng(Protocol):
+    """Where draws come from: a sequence's Uniforms, or a numpy generator."""
+
+    def random(self) -> float: ...
+
+
 @dataclass(frozen=True)
 class Dist:
     """A next-token distribution over its support: ids in ascending order and their probabilities.
 
-    Sampling walks the ids in ascending order with one uniform, which draws exactly the token that
-    inverse-CDF sampling over the whole vocabulary's vector would."""
+    Kept as Python tuples: a support is a few dozen tokens, and right after a CPU pass has flushed
+    the caches each numpy call over so few numbers costs tens of microseconds, more than the
+    arithmetic. Sampling walks the ids in ascending order with one uniform, which draws exactly
+    the token that inverse-CDF sampling over the whole vocabulary's vector would."""
 
-    ids: np.ndarray  # int64, ascending, no repeats
-    p: np.ndarray  # float64, same length, sums to 1
+    ids: tuple[int, ...]  # ascending, no repeats
+    p: tuple[float, ...]  # same length, sums to 1
 
     @classmethod
     def point(cls, token: int) -> "Dist":
-        return cls(np.array([token], dtype=np.int64), np.ones(1))
+        return cls((int(token),), (1.0,))
 
     @classmethod
     def of(cls, ids: np.ndarray, weights: np.ndarray) -> "Dist":
@@ -73,7 +84,7 @@ class Dist:
         ids, weights = np.asarray(ids, dtype=np.int64)[order], np.asarray(weights, dtype=np.float64)[order]
         keep = weights > 0
         ids, weights = ids[keep], weights[keep]
-        return cls(ids, weights / weights.sum())
+        return cls(tuple(ids.tolist()), tuple((weights / weights.sum()).tolist()))
 
     @classmethod
     def from_dense(cls, probs: np.ndarray) -> "Dist":
@@ -82,42 +93,43 @@ class Dist:
         return cls.of(ids, probs[ids])
 
     def prob(self, token: int) -> float:
-        i = int(np.searchsorted(self.ids, token))
-        return float(self.p[i]) if i < self.ids.shape[0] and self.ids[i] == token else 0.0
+        i = bisect_left(self.ids, token)
+        return self.p[i] if i < len(self.ids) and self.ids[i] == token else 0.0
 
     def top(self) -> float:
         """The largest probability."""
-        return float(self.p.max())
+        return max(self.p)
 
-    def sample(self, rng: np.random.Generator) -> int:
-        cumulative = np.cumsum(self.p)
+    def sample(self, rng: Rng) -> int:
+        """One draw, with one uniform from `rng`."""
+        cumulative = list(accumulate(self.p))
         u = rng.random() * cumulative[-1]
-        return int(self.ids[min(int(np.searchsorted(cumulative, u, side="right")), self.ids.shape[0] - 1)])
+        return self.ids[min(bisect_right(cumulative, u), len(self.ids) - 1)]
 
     def without(self, token: int) -> "Dist | None":
         """Renormalised with `token` removed (None when nothing is left)."""
-        keep = self.ids != token
-        if not keep.any():
-            return None
-        return Dist(self.ids[keep], self.p[keep] / self.p[keep].sum())
+        kept = [(i, p) for i, p in zip(self.ids, self.p) if i != token]
+        return _normalised(kept)
 
     def minus(self, q: "Dist") -> "Dist | None":
         """normalise(max(0, p − q)): the residual of speculative sampling (None when it is empty)."""
-        at = np.searchsorted(q.ids, self.ids)
-        at = np.minimum(at, q.ids.shape[0] - 1)
-        q_here = np.where(q.ids[at] == self.ids, q.p[at], 0.0)
-        residual = np.maximum(self.p - q_here, 0.0)
-        total = residual.sum()
-        if total <= 0:
-            return None
-        keep = residual > 0
-        return Dist(self.ids[keep], residual[keep] / total)
+        return _normalised([(i, p - q.prob(i)) for i, p in zip(self.ids, self.p)])
 
     def dense(self, n: int) -> np.ndarray:
         """As a vector over a vocabulary of n."""
         out = np.zeros(n, dtype=np.float64)
-        out[self.ids] = self.p
+        out[list(self.ids)] = self.p
         return out
+
+
+def _normalised(weighted: list[tuple[int, float]]) -> "Dist | None":
+    """The distribution of the positive weights of (id, weight) pairs in ascending id order (None
+    when none is positive)."""
+    kept = [(i, w) for i, w in weighted if w > 0]
+    if not kept:
+        return None
+    total = sum(w for _, w in kept)
+    return Dist(tuple(i for i, _ in kept), tuple(w / total for _, w in kept))
 
 
 @dataclass(frozen=True)
@@ -152,20 +164,21 @@ class SamplingParams:
             return Dist.point(argmax(logits))
         if isinstance(logits, Shortlist):
             ids, values = logits.ids, logits.logits
-            if 0 < self.top_k < ids.shape[0]:
+            if 0 < self.top_k < len(ids):
+                ids, values = np.asarray(ids), np.asarray(values)
                 keep = top_ids(values, self.top_k)
                 ids, values = ids[keep], values[keep]
         else:
             ids = top_ids(logits, self.top_k)
             values = logits[ids]
-        if ids.shape[0] > _FEW:
-            ids, kept = self._many(values, ids)
+        if len(ids) > _FEW:
+            ids, kept = self._many(np.asarray(values), np.asarray(ids))
             return Dist.of(ids, np.exp((kept - kept[0]) / self.temperature))
-        kept = self._few(values.tolist(), ids.tolist())
+        kept = self._few(_as_list(values), _as_list(ids))
         best, temperature = kept[0][0], self.temperature
         by_id = sorted((token, math.exp((logit - best) / temperature)) for logit, token in kept)
         total = sum(weight for _, weight in by_id)
-        return Dist(np.array([token for token, _ in by_id], dtype=np.int64), np.array([weight / total for _, weight in by_id]))
+        return Dist(tuple(token for token, _ in by_id), tuple(weight / total for _, weight in by_id))
 
     def _few(self, values: list[float], ids: list[int]) -> list[tuple[float, int]]:
         """Top-p and min-p over the survivors of top-k (their logits and ids): (untempered logit,
@@ -206,22 +219,47 @@ class SamplingParams:
         """The same distribution as a full-vocabulary vector."""
         return self.dist(logits).dense(logits.shape[0])
 
-    def pick(self, logits: "np.ndarray | Shortlist", rng: np.random.Generator) -> int:
+    def pick(self, logits: "np.ndarray | Shortlist", rng: Rng) -> int:
         """The next token from one row of logits (or its shortlist): the argmax, or a draw."""
         return argmax(logits) if self.greedy else self.dist(logits).sample(rng)
+
+
+def _as_list(values) -> list:
+    return values if isinstance(values, list) else values.tolist()
 
 
 def _negated_logit(pair: tuple[float, int]) -> float:
     return -pair[0]
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
+def sample(probs: np.ndarray, rng: Rng) -> int:
     """Draw one token id from a probability vector (inverse CDF: one uniform, reproducible)."""
     cumulative = np.cumsum(probs)
     u = rng.random() * cumulative[-1]
     return int(min(np.searchsorted(cumulative, u, side="right"), len(probs) - 1))
 
 
-def make_rng(seed: int | None) -> np.random.Generator:
-    """A seeded generator; None draws a fresh seed."""
-    return np.random.default_rng(seed)
+class Uniforms:
+    """A seeded source of uniform draws in [0, 1), what sampling and verification take from a
+    sequence's generator. They are numpy's, in numpy's order, drawn a block at a time: a block is
+    what as many single draws give, so a seed repeats, while a single numpy draw costs tens of
+    microseconds right after a CPU pass has flushed the caches."""
+
+    BLOCK = 64
+
+    def __init__(self, seed: int | None):
+        self._generator = np.random.default_rng(seed)
+        self._block: list[float] = []
+        self._next = 0
+
+    def random(self) -> float:
+        if self._next == len(self._block):
+            self._block, self._next = self._generator.random(self.BLOCK).tolist(), 0
+        value = self._block[self._next]
+        self._next += 1
+        return value
+
+
+def make_rng(seed: int | None) -> Uniforms:
+    """A sequence's seeded source of uniforms; None draws a fresh seed."""
+    return Uniforms(seed)

@@ -13,12 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import numpy as np
-
 from .. import defaults
 from .auto.estimates import PositionRates
 from .llama import Model
-from .sampling import SamplingParams, make_rng
+from .sampling import Rng, SamplingParams, make_rng
 from .stats import Stats
 from .text import TextAssembler
 
@@ -62,7 +60,7 @@ class SequenceState:
     """
 
     def __init__(self, seq: int, prompt: Sequence[int], settings: GenerationSettings, model: Model, *, cached: int = 0,
-                 k_max: int = 0, rng: np.random.Generator | None = None, arrived: float | None = None):
+                 k_max: int = 0, rng: Rng | None = None, arrived: float | None = None):
         now = time.perf_counter()
         self.seq = seq
         self.prompt = list(prompt)

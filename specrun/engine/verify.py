@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .sampling import Dist, SamplingParams
+from .sampling import Dist, Rng, SamplingParams
 from .shortlist import argmax_rows
 
 
@@ -46,7 +46,7 @@ def verify_sampling(
     draft: Sequence[int],
     q_rows: Sequence[Dist] | None,
     p_row: Callable[[int], Dist],
-    rng: np.random.Generator,
+    rng: Rng,
 ) -> Verdict:
     """Speculative sampling. `p_row(i)` gives the target's distribution at draft position i (lazy,
     so rows after a rejection are never computed); `q_rows` None means deterministic proposals."""
@@ -61,7 +61,7 @@ def verify_sampling(
 
 
 def verify(draft: Sequence[int], q_rows: Sequence[Dist] | None, rows: np.ndarray, sampling: SamplingParams,
-           rng: np.random.Generator) -> Verdict:
+           rng: Rng) -> Verdict:
     """The one verification of a step's `[last] + draft` rows (shape (len(draft) + 1, n_vocab), or
     their Shortlist): greedy or speculative sampling, as the sequence samples."""
     if sampling.greedy:
@@ -69,7 +69,7 @@ def verify(draft: Sequence[int], q_rows: Sequence[Dist] | None, rows: np.ndarray
     return verify_sampling(draft, q_rows, lambda i: sampling.dist(rows[i]), rng)
 
 
-Verifier = Callable[[Sequence[int], "Sequence[Dist] | None", np.ndarray, SamplingParams, np.random.Generator], Verdict]
+Verifier = Callable[[Sequence[int], "Sequence[Dist] | None", np.ndarray, SamplingParams, Rng], Verdict]
 
 
 class SyntheticAcceptance:
@@ -89,7 +89,7 @@ class SyntheticAcceptance:
         self.rng = np.random.default_rng([seed, 0x5EC])
 
     def __call__(self, draft: Sequence[int], q_rows: Sequence[Dist] | None, rows: np.ndarray, sampling: SamplingParams,
-                 rng: np.random.Generator) -> Verdict:
+                 rng: Rng) -> Verdict:
         accepted = 0
         while accepted < len(draft) and self.rng.random() < self.p:
             accepted += 1

@@ -16,9 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-import numpy as np
-
-from ..sampling import Dist, SamplingParams
+from ..sampling import Dist, Rng, SamplingParams
 
 
 @dataclass
@@ -43,7 +41,7 @@ class DraftRequest:
     history: Sequence[int]
     k: int
     sampling: SamplingParams
-    rng: np.random.Generator
+    rng: Rng
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ logits as the full row, the same distributions, and the engine asks for them whe
 
 from __future__ import annotations
 
+import ctypes
 from types import SimpleNamespace
 
 import numpy as np
@@ -44,7 +45,7 @@ def test_greedy_reads_the_argmax_of_a_shortlist_in_any_order():
     cut = Shortlist(np.array([3, 1], dtype=np.int32), np.array([2.5, 3.0], dtype=np.float32))
     greedy = SamplingParams(temperature=0)
     assert argmax(cut) == argmax(row) == 1
-    assert greedy.pick(cut, make_rng(0)) == 1 and greedy.dist(cut).ids.tolist() == [1]
+    assert greedy.pick(cut, make_rng(0)) == 1 and greedy.dist(cut).ids == (1,)
     rows = Shortlist(np.array([[3, 1], [0, 2]], dtype=np.int32), np.array([[2.5, 3.0], [1.0, 0.5]], dtype=np.float32))
     assert argmax_rows(rows).tolist() == [1, 0]
     assert rows.reshape(2, -1) is rows and cut.reshape(1, -1).shape == (1, 2)
@@ -96,6 +97,18 @@ def test_shortlisted_rows_are_read_in_batch_order_wherever_llama_cpp_stores_them
     assert rows.ids[1, 0] == 100
 
 
+def test_a_single_row_is_read_as_lists_that_outlive_the_pass():
+    """A draft depth's one row: its k candidates as Python lists, in llama.cpp's order, copied."""
+    fake, ids, _ = _buffers([1, 0], n_vocab=16, k=3)
+    fake._row_types = (ctypes.c_int32 * 1, ctypes.c_float * 1)
+    row = Context._shortlist_row(fake, 1, 3)
+    assert row.ids == [100, 101, 102] and row.logits == [-0.5, -1.5, -2.5] and row.shape == (3,)
+    ids[:] = 0
+    assert row.ids == [100, 101, 102] and row.argmax() == 100
+    with pytest.raises(SpecrunError, match="candidates"):
+        Context._shortlist_row(fake, 0, 4)
+
+
 def test_a_row_with_another_number_of_candidates_is_refused():
     fake, _, _ = _buffers([0, 1], n_vocab=8, k=3)
     with pytest.raises(SpecrunError, match="candidates"):
@@ -119,8 +132,9 @@ def test_llama_cpp_cuts_a_sequences_rows_to_the_top_k_of_its_full_rows(model):
             assert cut.ids[order].tolist() == np.argsort(-full)[:5].tolist()
             assert np.allclose(cut.logits, full[cut.ids], atol=5e-2)
         last = ctx.decode([Segment(0, [26], "last")], copy=False)[0]
+        full = fresh.decode([Segment(0, [26], "last")])[0]
         assert isinstance(last, Shortlist) and last.shape == (5,)
-        assert argmax(last) == int(np.argmax(fresh.decode([Segment(0, [26], "last")])[0]))
+        assert sorted(last.ids) == sorted(np.argsort(-full)[:5].tolist()) and argmax(last) == int(np.argmax(full))
         ctx.shortlist(0, 0)
         again = ctx.decode([Segment(0, [53], "last")])[0]
         assert isinstance(again, np.ndarray) and again.shape == (model.n_vocab,)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -333,6 +332,7 @@ class Context(FreedOnCollection):
                  other: "Context | None" = None):
         lib = _llama()
         self.model = model
+        self._lib = lib  # kept: the lookup costs a cold call on every pass
         self.other = other  # the context whose cache this one reads (a Gemma 4 assistant's target), kept alive with it
         params = lib.llama_context_default_params()
         params.n_ctx = n_ctx * (n_seq_pool or n_seq)
@@ -407,6 +407,7 @@ class Context(FreedOnCollection):
         self._logits_at = address_function("llama_get_logits", [ctypes.c_void_p])
         self._logits: np.ndarray | None = None
         by_row = [ctypes.c_void_p, ctypes.c_int32]  # a shortlisted row's candidate ids, their logits, their count
+        self._row_types = (ctypes.c_int32 * 1, ctypes.c_float * 1)  # ctypes row types of the last shortlist width read
         self._sampled_at = (address_function("llama_get_sampled_candidates_ith", by_row),
                             address_function("llama_get_sampled_logits_ith", by_row),
                             address_function("llama_get_sampled_candidates_count_ith", by_row, ctypes.c_uint32))
@@ -470,7 +471,7 @@ class Context(FreedOnCollection):
             else:
                 for pieces in self._chunks(segments):
                     self._pass(segments, bases, pieces, out, True)
-        return [None if seg.logits == "none" else (rows[0][-1] if seg.logits == "last" else _joined(rows))
+        return [None if seg.logits == "none" else (rows[0] if seg.logits == "last" else _joined(rows))
                 for seg, rows in zip(segments, out)]
 
     def feed(self, seq: int, tokens: Sequence[int], logits: str = "last") -> np.ndarray | None:
@@ -532,14 +533,17 @@ class Context(FreedOnCollection):
                 self._wants[row:row + n] = 1
                 wanted.append((index, n, row))
             else:
-                self._wants[row:row + n] = 0
+                if n == 1:
+                    self._wants[row] = 0
+                else:
+                    self._wants[row:row + n] = 0
                 if seg.logits == "last" and end == len(seg.tokens):
                     self._wants[row + n - 1] = 1
-                    wanted.append((index, 1, row + n - 1))
+                    wanted.append((index, 0, row + n - 1))  # 0: one row, returned as a row, not a block
             row += n
         self.batch.n_tokens = row
         start_time = time.perf_counter()
-        status = _llama().llama_decode(self.ptr, self.batch)
+        status = self._lib.llama_decode(self.ptr, self.batch)
         self.decode_seconds += time.perf_counter() - start_time
         if status != 0:
             raise SpecrunError(f"llama_decode failed with status {status} on a batch of {row} tokens",
@@ -560,22 +564,30 @@ class Context(FreedOnCollection):
         for index, n, position in wanted:
             k = self._shortlists[segments[index].seq]
             if k:
-                out[index].append(self._shortlist_rows(position, n, k))
+                out[index].append(self._shortlist_rows(position, n, k) if n else self._shortlist_row(position, k))
             else:
                 if view is None:  # llama.cpp copies full rows out only when some row is not shortlisted
-                    view = self._logits_rows(sum(n for _, n, _ in wanted))
-                block = view[at:at + n]
+                    view = self._logits_rows(sum(n or 1 for _, n, _ in wanted))
+                block = view[at:at + n] if n else view[at]
                 out[index].append(block.copy() if copy else block)
-            at += n
+            at += n or 1
+
+    def _shortlist_row(self, position: int, k: int) -> Shortlist:
+        """The shortlist of the output row at batch position `position`, as Python lists: what
+        a draft depth's pass returns, read with the fewest calls right after the pass."""
+        ids_at, logits_at, count_at = self._sampled_at
+        _check_count(count_at(self.ptr, position), k)
+        if self._row_types[0]._length_ != k:
+            self._row_types = (ctypes.c_int32 * k, ctypes.c_float * k)
+        id_row, logit_row = self._row_types
+        return Shortlist(id_row.from_address(ids_at(self.ptr, position))[:], logit_row.from_address(logits_at(self.ptr, position))[:])
 
     def _shortlist_rows(self, position: int, n: int, k: int) -> Shortlist:
         """The shortlists of the n output rows from batch position `position` on (copies: k
         numbers a row). Consecutive outputs lie a vocabulary apart in llama.cpp's buffers, so
         they are read as one strided block when they do."""
         ids_at, logits_at, count_at = self._sampled_at
-        if count_at(self.ptr, position) != k:
-            raise SpecrunError(f"llama.cpp returned {count_at(self.ptr, position)} candidates for a row, not {k}",
-                               "SPECRUN_DEBUG=1 shows details")
+        _check_count(count_at(self.ptr, position), k)
         stride = 4 * self.model.n_vocab
         first_ids, first_logits = ids_at(self.ptr, position), logits_at(self.ptr, position)
         if n == 1 or (ids_at(self.ptr, position + n - 1) == first_ids + (n - 1) * stride
@@ -618,19 +630,10 @@ class Context(FreedOnCollection):
             raise ValueError("head_rows needs a head context made on another context")
         return self._process_head([(seq, pos, token, row, True) for seq, pos, token, row in entries])
 
-    @contextmanager
-    def _appending(self, segments) -> Iterator[list[int]]:
-        """The passes inside append each segment's tokens to its sequence (yields where each
-        starts): all of them when they succeed, none of them when one fails."""
-        bases = [len(self.tokens[seg.seq]) for seg in segments]
-        try:
-            yield bases
-        except BaseException:
-            for seg, base in zip(segments, bases):
-                _llama().llama_memory_seq_rm(self.memory, seg.seq, base, -1)
-            raise
-        for seg in segments:
-            self.tokens[seg.seq].extend(seg.tokens)
+    def _appending(self, segments) -> "_Appending":
+        """The passes inside append each segment's tokens to its sequence (entering gives where
+        each starts): all of them when they succeed, none of them when one fails."""
+        return _Appending(self, segments)
 
     def select_head(self, index: int) -> None:
         """Which of the model's MTP blocks the next head passes run (0: the first): a model
@@ -762,6 +765,30 @@ class Context(FreedOnCollection):
                 self._chains[i] = None
 
 
+class _Appending:
+    """Context._appending's guard; a class, since a generator-based one costs a draft pass tens of
+    microseconds of cold code."""
+
+    __slots__ = ("ctx", "segments", "bases")
+
+    def __init__(self, ctx: Context, segments):
+        self.ctx, self.segments = ctx, segments
+        self.bases = [len(ctx.tokens[seg.seq]) for seg in segments]
+
+    def __enter__(self) -> list[int]:
+        return self.bases
+
+    def __exit__(self, kind, error, trace) -> bool:
+        tokens = self.ctx.tokens
+        if kind is None:
+            for seg in self.segments:
+                tokens[seg.seq].extend(seg.tokens)
+        else:
+            for seg, base in zip(self.segments, self.bases):
+                self.ctx._lib.llama_memory_seq_rm(self.ctx.memory, seg.seq, base, -1)
+        return False
+
+
 class _FloatBlock:
     """Describes a block of C floats (or int32s) to numpy (its array interface), so that a view
     costs one small dict; np.ctypeslib.as_array builds a ctypes array type for every call, a tenth
@@ -773,6 +800,12 @@ class _FloatBlock:
         self.__array_interface__ = {"data": (address, False), "shape": shape, "typestr": typestr, "version": 3}
         if row_stride is not None and len(shape) == 2:
             self.__array_interface__["strides"] = (row_stride, 4)
+
+
+def _check_count(count: int, k: int) -> None:
+    """A shortlisted row holds the k candidates its sequence's cut keeps, or it is misread."""
+    if count != k:
+        raise SpecrunError(f"llama.cpp returned {count} candidates for a row, not {k}", "SPECRUN_DEBUG=1 shows details")
 
 
 def address_function(name: str, argtypes: list, restype=ctypes.c_void_p):

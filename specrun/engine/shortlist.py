@@ -17,33 +17,36 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Shortlist:
-    """Candidates of one row (1-D arrays) or of several (2-D, one row each): ids and logits."""
+    """Candidates of one row (1-D: numpy arrays, or Python lists as a single row is read) or of
+    several (2-D numpy arrays, one row each): ids and logits."""
 
-    ids: np.ndarray  # int32
-    logits: np.ndarray  # float32, same shape
+    ids: "np.ndarray | list[int]"  # int32
+    logits: "np.ndarray | list[float]"  # float32 values, same shape
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.ids.shape
+        return (len(self.ids),) if isinstance(self.ids, list) else self.ids.shape
 
     def __len__(self) -> int:
-        return self.ids.shape[0]
+        return len(self.ids)
 
     def __getitem__(self, i: int) -> "Shortlist":
         return Shortlist(self.ids[i], self.logits[i])
 
     def reshape(self, rows: int, _columns: int = -1) -> "Shortlist":
-        """As `rows` rows (a single row becomes a block of one), as ndarray.reshape would."""
-        if self.ids.ndim == 1:
+        """As `rows` rows of numpy arrays (a single row becomes a block of one), as ndarray.reshape would."""
+        if isinstance(self.ids, list) or self.ids.ndim == 1:
             if rows != 1:
                 raise ValueError(f"one row cannot become {rows}")
-            return Shortlist(self.ids[None, :], self.logits[None, :])
+            return Shortlist(np.asarray(self.ids, dtype=np.int32)[None, :], np.asarray(self.logits, dtype=np.float32)[None, :])
         if self.ids.shape[0] != rows:
             raise ValueError(f"{self.ids.shape[0]} rows cannot become {rows}")
         return self
 
     def argmax(self) -> int:
-        """The id of one row's largest logit."""
+        """The id of one row's largest logit (the first of equal ones, as numpy's argmax)."""
+        if isinstance(self.logits, list):
+            return self.ids[self.logits.index(max(self.logits))]
         return int(self.ids[int(np.argmax(self.logits))])
 
 

@@ -82,7 +82,7 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
     async def chat(body: ChatRequest, request: Request):
         job = await _job(service, "chat", body)
         rid = new_id("chatcmpl")
-        handle, events = _submit(service, job)
+        handle, events = _submit(service, job, body.stream)
         answer_text = ChatText(job)
         if body.stream:
             first = chat_chunk(rid, model, {"role": "assistant", "content": ""})
@@ -106,7 +106,7 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
     async def completions(body: CompletionRequest, request: Request):
         job = await _job(service, "completion", body)
         rid = new_id("cmpl")
-        handle, events = _submit(service, job)
+        handle, events = _submit(service, job, body.stream)
         if body.stream:
             return _stream(handle, events, None,
                            lambda ev: _tokens(completion_response(rid, model, ev.text, None), ev.tokens, body)
@@ -138,15 +138,33 @@ async def _job(service: Service, kind: str, body):
         raise ApiError(400, error.message, "invalid_request_error", error.param, error.code) from None
 
 
-def _submit(service: Service, job) -> tuple[Handle, asyncio.Queue]:
-    loop = asyncio.get_running_loop()
-    events: asyncio.Queue = asyncio.Queue()
+class Feed:
+    """A request's events, from the engine thread to the event loop: every one for a stream; for
+    a whole answer only the last, the ones before it kept aside until it comes. Each hop wakes
+    the loop, whose Python then runs beside llama_decode on the cores it computes on: a whole
+    answer wakes it once, not once per step."""
 
-    def sink(event: Event) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, event)
+    def __init__(self, loop: asyncio.AbstractEventLoop, every: bool):
+        self.loop = loop
+        self.every = every
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.before: list[Event] = []  # events before the last, when only the last hops
 
+    def sink(self, event: Event) -> None:
+        """Called on the engine thread."""
+        if self.every or event.done or event.error:
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+        else:
+            self.before.append(event)  # read on the loop after the last event, which hops after it
+
+    async def get(self) -> Event:
+        return await self.queue.get()
+
+
+def _submit(service: Service, job, stream: bool) -> tuple[Handle, Feed]:
+    events = Feed(asyncio.get_running_loop(), every=stream)
     try:
-        return service.worker.submit(job, sink), events
+        return service.worker.submit(job, events.sink), events
     except QueueFull as full:
         service.metrics.request(job.kind, "rejected")
         state = service.worker.snapshot()
@@ -168,12 +186,10 @@ def _event_error(event: Event) -> ApiError:
     return ApiError(500, event.message or "the request failed", "server_error", None, event.error)
 
 
-async def _collect(handle: Handle, events: asyncio.Queue, request: Request) -> tuple[Event, str, list[int]] | None:
+async def _collect(handle: Handle, events: Feed, request: Request) -> tuple[Event, str, list[int]] | None:
     """Wait for the whole answer (last event, text, tokens); None when the client disconnected
     meanwhile (the request is cancelled)."""
     gone = asyncio.ensure_future(_disconnected(request))
-    pieces: list[str] = []
-    tokens: list[int] = []
     try:
         while True:
             get = asyncio.ensure_future(events.get())
@@ -184,10 +200,10 @@ async def _collect(handle: Handle, events: asyncio.Queue, request: Request) -> t
             event = get.result()
             if event.error:
                 raise _event_error(event)
-            pieces.append(event.text)
-            tokens.extend(event.tokens)
             if event.done:
-                return event, "".join(pieces), tokens
+                answer = [*events.before, event]
+                return event, "".join(e.text for e in answer), [t for e in answer for t in e.tokens]
+            events.before.append(event)
     finally:
         gone.cancel()
         handle.cancel()
@@ -203,7 +219,7 @@ def _sse(payload) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-def _stream(handle: Handle, events: asyncio.Queue, first: dict | None, piece: Callable[[Event], dict | None],
+def _stream(handle: Handle, events: Feed, first: dict | None, piece: Callable[[Event], dict | None],
             last: Callable[[Event], dict], with_tokens: bool = False) -> StreamingResponse:
     """Server-sent events: an opening chunk, one chunk per step with new text (or new tokens, when
     they are asked for; `piece` gives None when a step has nothing to send), a final chunk with

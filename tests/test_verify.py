@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specrun.engine.sampling import Dist, make_rng
-from specrun.engine.verify import verify_greedy, verify_sampling
+from specrun.engine.sampling import Dist, SamplingParams, make_rng
+from specrun.engine.shortlist import Shortlist
+from specrun.engine.verify import verify, verify_greedy, verify_sampling
 
 
 def logits_with_argmax(*argmaxes: int, n: int = 6) -> np.ndarray:
@@ -104,3 +105,16 @@ def test_sampling_bonus_token_after_full_acceptance():
     point = Dist.point(1)
     verdict = verify_sampling([1, 1], [point, point], lambda i: point if i < 2 else Dist.point(2), rng)
     assert verdict.accepted == 2 and verdict.tokens == [1, 1, 2]
+
+
+def test_a_plain_step_takes_its_one_row_alone_or_as_a_block_of_one():
+    """With no draft the row may come as it was read (1-D, a Shortlist of lists included): the
+    token is the one the block of one gives, greedy and sampled, drawing the same uniforms."""
+    row = (np.random.default_rng(2).standard_normal(500) * 3).astype(np.float32)
+    top = np.argsort(-row)[:40]
+    alone = [row, Shortlist(top.tolist(), row[top].tolist())]
+    for sampling in (SamplingParams(temperature=0), SamplingParams(temperature=0.8)):
+        for seed in range(20):
+            expected = verify([], None, row[None, :], sampling, make_rng(seed))
+            for one in alone:
+                assert verify([], None, one, sampling, make_rng(seed)) == expected

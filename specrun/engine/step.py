@@ -272,7 +272,8 @@ class Engine:
     def _accept(self, state: SequenceState, choice: Choice, draft: Draft, logits, base: int) -> tuple[Update, Outcome]:
         """Verify one sequence's draft, trim its cache past the first rejection, commit, learn."""
         n_draft = len(draft.tokens)
-        verdict = self.policy.verifier(draft.tokens, draft.q, logits.reshape(1 + n_draft, -1), state.sampling, state.rng)
+        rows = logits.reshape(1 + n_draft, -1) if n_draft else logits  # a plain step's row stays as it came
+        verdict = self.policy.verifier(draft.tokens, draft.q, rows, state.sampling, state.rng)
         self.target.trim(state.seq, base + 1 + verdict.accepted)
         if n_draft and choice.drafter is not None:
             drafter = self.lookup if self.lookup is not None and choice.drafter == self.lookup.name else self.drafters.get(choice.drafter)

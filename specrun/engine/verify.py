@@ -63,10 +63,18 @@ def verify_sampling(
 def verify(draft: Sequence[int], q_rows: Sequence[Dist] | None, rows: np.ndarray, sampling: SamplingParams,
            rng: Rng) -> Verdict:
     """The one verification of a step's `[last] + draft` rows (shape (len(draft) + 1, n_vocab), or
-    their Shortlist): greedy or speculative sampling, as the sequence samples."""
+    their Shortlist; with no draft, the one row may come alone): greedy or speculative sampling,
+    as the sequence samples. A plain step is the target's own token, as either rule gives it."""
+    if not draft:
+        return Verdict(0, [sampling.pick(only_row(rows), rng)])
     if sampling.greedy:
         return verify_greedy(draft, rows)
     return verify_sampling(draft, q_rows, lambda i: sampling.dist(rows[i]), rng)
+
+
+def only_row(rows):
+    """The one row of a plain step: given alone (1-D), or as a block of one."""
+    return rows[0] if len(rows.shape) == 2 else rows
 
 
 Verifier = Callable[[Sequence[int], "Sequence[Dist] | None", np.ndarray, SamplingParams, Rng], Verdict]
@@ -90,6 +98,8 @@ class SyntheticAcceptance:
 
     def __call__(self, draft: Sequence[int], q_rows: Sequence[Dist] | None, rows: np.ndarray, sampling: SamplingParams,
                  rng: Rng) -> Verdict:
+        if not draft:
+            return Verdict(0, [sampling.pick(only_row(rows), rng)])
         accepted = 0
         while accepted < len(draft) and self.rng.random() < self.p:
             accepted += 1

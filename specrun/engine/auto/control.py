@@ -234,7 +234,12 @@ class Controller:
             return None
         accept = track.accept.survival()
         reach = [1.0] + track.length.survival()
-        cost = [self.draft_seconds(drafter, m) + self.verify(m + 1) for m in range(self.k_max + 1)]
+        curve = self.passes.get(drafter)
+        if curve:  # m one-row passes (draft_seconds), the row's cost read once
+            one = curve(1)
+            cost = [(m * one if m > 0 else 0.0) + self.verify(m + 1) for m in range(self.k_max + 1)]
+        else:
+            cost = [self.draft_seconds(drafter, m) + self.verify(m + 1) for m in range(self.k_max + 1)]
         out, tokens, shorter = [], 1.0, 0.0
         for k in range(1, self.k_max + 1):
             tokens += accept[k - 1]
@@ -295,8 +300,10 @@ class Controller:
         """A drafter whose cache must first catch up (the draft model after plain steps) is worth
         switching to only if its gain over the tokens left pays for that."""
         catch_up = ask.catch_up_s.get(drafter, 0.0)
+        if not catch_up or ask.remaining is None:
+            return True  # decided before the drafter's rates, which cost a profile every step
         plain, rate = self.plain_rate(), self.best_rate(drafter)
-        if not catch_up or ask.remaining is None or not plain or not rate:
+        if not plain or not rate:
             return True
         return ask.remaining * (1.0 / plain - 1.0 / rate) > catch_up
 

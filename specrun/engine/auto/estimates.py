@@ -202,8 +202,7 @@ class CalibratedCurve:
 
     def shaped(self, size: int) -> float:
         """The shape's seconds at `size`, extended beyond the largest measured size."""
-        sizes = self.shape.sizes()
-        top = sizes[-1]
+        top = self.shape._sizes[-1]
         if size <= top:
             return self.shape(size)
         mid = max(1, top // 2)

@@ -85,7 +85,7 @@ def _buffers(order: list[int], n_vocab: int, k: int):
     return fake, ids, logits
 
 
-@pytest.mark.parametrize("order", [[0, 1, 2, 3], [2, 0, 3, 1], [0, 1, 3, 2]])
+@pytest.mark.parametrize("order", [[0, 1, 2, 3], [2, 0, 3, 1], [0, 1, 3, 2], [0, 2, 1, 3]])
 def test_shortlisted_rows_are_read_in_batch_order_wherever_llama_cpp_stores_them(order):
     fake, ids, logits = _buffers(order, n_vocab=16, k=3)
     rows = Context._shortlist_rows(fake, 0, len(order), 3)

@@ -584,14 +584,15 @@ class Context(FreedOnCollection):
 
     def _shortlist_rows(self, position: int, n: int, k: int) -> Shortlist:
         """The shortlists of the n output rows from batch position `position` on (copies: k
-        numbers a row). Consecutive outputs lie a vocabulary apart in llama.cpp's buffers, so
-        they are read as one strided block when they do."""
+        numbers a row). Consecutive outputs usually lie a vocabulary apart in llama.cpp's
+        buffers, and are then read as one strided block; every row's address is checked, since
+        a batch split by sequence can store rows in another order with the first and last in place."""
         ids_at, logits_at, count_at = self._sampled_at
         _check_count(count_at(self.ptr, position), k)
         stride = 4 * self.model.n_vocab
         first_ids, first_logits = ids_at(self.ptr, position), logits_at(self.ptr, position)
-        if n == 1 or (ids_at(self.ptr, position + n - 1) == first_ids + (n - 1) * stride
-                      and logits_at(self.ptr, position + n - 1) == first_logits + (n - 1) * stride):
+        if all(ids_at(self.ptr, position + i) == first_ids + i * stride
+               and logits_at(self.ptr, position + i) == first_logits + i * stride for i in range(1, n)):
             return Shortlist(np.array(float_view(first_ids, (n, k), "<i4", stride)),
                              np.array(float_view(first_logits, (n, k), "<f4", stride)))
         ids = np.stack([float_view(ids_at(self.ptr, position + i), (k,), "<i4") for i in range(n)])

@@ -584,9 +584,10 @@ class Context(FreedOnCollection):
 
     def _shortlist_rows(self, position: int, n: int, k: int) -> Shortlist:
         """The shortlists of the n output rows from batch position `position` on (copies: k
-        numbers a row). Consecutive outputs usually lie a vocabulary apart in llama.cpp's
-        buffers, and are then read as one strided block; every row's address is checked, since
-        a batch split by sequence can store rows in another order with the first and last in place."""
+        numbers a row). Consecutive outputs lie a vocabulary apart in llama.cpp's buffers once
+        it has put them back in batch order, and are then read as one strided block; every row's
+        address is checked first, since only that makes the strided read right whatever order
+        the rows are stored in (checking the first and last alone misses a swapped middle pair)."""
         ids_at, logits_at, count_at = self._sampled_at
         _check_count(count_at(self.ptr, position), k)
         stride = 4 * self.model.n_vocab

@@ -234,12 +234,7 @@ class Controller:
             return None
         accept = track.accept.survival()
         reach = [1.0] + track.length.survival()
-        curve = self.passes.get(drafter)
-        if curve:  # m one-row passes (draft_seconds), the row's cost read once
-            one = curve(1)
-            cost = [(m * one if m > 0 else 0.0) + self.verify(m + 1) for m in range(self.k_max + 1)]
-        else:
-            cost = [self.draft_seconds(drafter, m) + self.verify(m + 1) for m in range(self.k_max + 1)]
+        cost = [self.draft_seconds(drafter, m) + self.verify(m + 1) for m in range(self.k_max + 1)]
         out, tokens, shorter = [], 1.0, 0.0
         for k in range(1, self.k_max + 1):
             tokens += accept[k - 1]

@@ -143,6 +143,54 @@ def test_llama_cpp_cuts_a_sequences_rows_to_the_top_k_of_its_full_rows(model):
         fresh.close()
 
 
+def test_a_pass_reads_every_cut_right_whichever_sequences_sit_it_out(model):
+    """Passes of four greedy sequences where some have no row (idle, reading a prompt chunk, done
+    drafting): every row read is the argmax of the full row a single-sequence context computes.
+    llama.cpp corrupts other rows' candidate ids when a sequence holding a cut has no row in the
+    pass; the context takes such cuts off for that pass."""
+    ctx = Context(model, n_seq=4, n_ctx=128, n_threads=1, n_batch=64)
+    fresh = Context(model, n_ctx=128, n_threads=1, n_batch=128)
+    rng = np.random.default_rng(0)
+    history: list[list[int]] = [[] for _ in range(4)]
+    wrong = []
+    try:
+        for seq in range(4):
+            ctx.shortlist(seq, 1)
+        for step in range(300):
+            segments = []
+            for seq in range(4):
+                if rng.random() < 0.25:
+                    continue
+                if len(history[seq]) > 100:
+                    ctx.clear(seq)
+                    history[seq] = []
+                mode = str(rng.choice(["all", "last", "last", "none"]))
+                segments.append(Segment(seq, [int(t) for t in rng.integers(0, model.n_vocab, int(rng.integers(1, 7)))], mode))
+            if not segments:
+                continue
+            for segment, rows in zip(segments, ctx.decode(segments, copy=False)):
+                history[segment.seq] += segment.tokens
+                if rows is None:
+                    continue
+                n = len(segment.tokens) if segment.logits == "all" else 1
+                fresh.clear()
+                full = fresh.decode([Segment(0, history[segment.seq], "all")])[0][-n:]
+                ids = np.asarray(rows.ids).reshape(n)
+                for i, row in enumerate(full):
+                    if not 0 <= ids[i] < model.n_vocab or row.max() - row[ids[i]] > 0.05:
+                        wrong.append((step, segment.seq, i))
+            for seq in range(4):
+                if history[seq] and rng.random() < 0.5:
+                    keep = int(rng.integers(max(0, len(history[seq]) - 6), len(history[seq]) + 1))
+                    ctx.trim(seq, keep)
+                    history[seq] = history[seq][:keep]
+        assert wrong == []
+        assert all(ctx.shortlisted(seq) == 1 for seq in range(4))
+    finally:
+        ctx.close()
+        fresh.close()
+
+
 def test_contexts_that_keep_hidden_rows_always_return_full_rows(dense_mtp_target):
     model = Model(dense_mtp_target, LoadOptions(use_extra_bufts=False))
     ctx = Context(model, n_ctx=64, n_threads=1, hidden=True)

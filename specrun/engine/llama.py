@@ -376,7 +376,8 @@ class Context(FreedOnCollection):
             _llama_ext().llama_set_embeddings_nextn(self.ptr, True, head)  # the head: rows for its outputs only
         self._head_batch = lib.llama_batch_ext_init(self.ptr) if head else None
         self._shortlists = [0] * n_seq  # each sequence's top-k cut in the graph (0: full rows)
-        self._chains = [None] * n_seq  # the sampler chains doing it, freed when replaced
+        self._chains = [None] * n_seq  # the sampler chains attached now, freed when taken off
+        self._attached: set[int] = set()  # sequences whose chain llama.cpp holds now
         self._batch_arrays(lib)
 
     @property
@@ -434,17 +435,42 @@ class Context(FreedOnCollection):
             k = 0
         if k == self._shortlists[seq]:
             return
+        self._detach(seq)
+        self._shortlists[seq] = k if k and self._attach(seq, k) else 0
+
+    def _attach(self, seq: int, k: int) -> bool:
+        """Put a new top-k chain on `seq` (llama.cpp aborts if a chain is initialised twice, so a
+        chain is never put back); False where the backend cannot run it."""
         lib = _llama()
-        chain = None
-        if k:
-            chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(k))
-        if not lib.llama_set_sampler(self.ptr, seq, chain) and chain is not None:
+        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
+        lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(k))
+        if not lib.llama_set_sampler(self.ptr, seq, chain):
             lib.llama_sampler_free(chain)  # not offloaded: llama.cpp dropped the sequence's cut
-            chain, k = None, 0
-        if self._chains[seq] is not None:
-            lib.llama_sampler_free(self._chains[seq])
-        self._chains[seq], self._shortlists[seq] = chain, k
+            return False
+        self._chains[seq] = chain
+        self._attached.add(seq)
+        return True
+
+    def _detach(self, seq: int) -> None:
+        chain = self._chains[seq]
+        if chain is not None:
+            lib = _llama()
+            lib.llama_set_sampler(self.ptr, seq, None)
+            lib.llama_sampler_free(chain)
+            self._chains[seq] = None
+            self._attached.discard(seq)
+
+    def _attach_for(self, outputs: set[int]) -> None:
+        """Before a pass with output rows: the chains on exactly the shortlisted sequences that
+        have rows in it. llama.cpp runs a chain whose sequence has no row in a pass on a stand-in
+        row, and that corrupts other sequences' candidates (ids wrong, logits right), so a chain
+        comes off while its sequence has no row and a new one goes on when it has one again."""
+        for seq in self._attached - outputs:
+            self._detach(seq)
+        for seq in outputs - self._attached:
+            k = self._shortlists[seq]
+            if k and not self._attach(seq, k):
+                self._shortlists[seq] = 0
 
     def shortlisted(self, seq: int) -> int:
         """The top-k cut sequence `seq`'s rows take (0: full rows)."""
@@ -542,6 +568,10 @@ class Context(FreedOnCollection):
                     wanted.append((index, 0, row + n - 1))  # 0: one row, returned as a row, not a block
             row += n
         self.batch.n_tokens = row
+        if wanted and (self._attached or any(self._shortlists)):
+            outputs = {segments[index].seq for index, _, _ in wanted}
+            if outputs != self._attached:
+                self._attach_for(outputs)
         start_time = time.perf_counter()
         status = self._lib.llama_decode(self.ptr, self.batch)
         self.decode_seconds += time.perf_counter() - start_time

@@ -504,3 +504,17 @@ def test_a_drafter_with_a_cap_is_never_asked_for_more_than_it_drafts():
     uncapped = Controller(["draft", "mtp"], 8, warmup_steps=2, k_start=4, lookup=None)
     choices = drive(uncapped, 400, lambda d, s: 0.95, draft_cost={"draft": 0.001, "mtp": 0.0001}, costs=FLAT)
     assert max(x.k for x in choices if x.drafter == "mtp") > 2
+
+
+def test_a_drafter_the_seeded_costs_rule_out_is_never_chosen_whatever_its_estimates():
+    """A flat verify curve and a draft pass of 16.6 ms against a 20 ms target pass: even at full
+    acceptance the drafter reaches 1.18x plain, under the 1.2x a drafter must promise to be tried.
+    Estimates of full acceptance (from an earlier run) would otherwise start an 8-token draft."""
+    c = Controller(["ngram", "draft"], 8, warmup_steps=0, lookup="ngram")
+    c.seed({1: 0.020, 9: 0.020}, {"draft": 0.01656})
+    assert c.hopeless("draft")
+    for _ in range(40):
+        c.tracks["draft"].update(8, 8, 8, 8 * 0.01656)
+    assert c.choose([]).drafter is None
+    c.ruled_out.clear()  # the same estimates weighed: an 8-token draft clears the start margin
+    assert c.choose([]) == Choice("draft", 8)

@@ -3,11 +3,13 @@ caches in step with the accepted text, and sampled output distributed as the tar
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
 from specrun.engine.auto.costs import DecodeCosts
-from specrun.engine.llama import Context, Model
+from specrun.engine.llama import Context, Model, common_prefix
 from specrun.engine.sequence import GenerationSettings
 from specrun.engine.sampling import SamplingParams
 from specrun.runtime.pair import Pair, PairConfig
@@ -394,3 +396,18 @@ def test_auto_never_reads_the_prompt_into_the_draft_model_at_prefill(gpu_like):
         if mode == "auto":
             assert any(s.drafter == "draft" for s in steps)  # picked later, and caught up then
             assert draft_ctx.common_prefix(0, prompt) == len(prompt)
+
+
+def test_common_prefix_finds_the_first_difference_wherever_it_lies():
+    """Lists are compared in slices; the answer is the item-by-item one for every position of the
+    first difference (none, in the last 64 items, before them), lengths and sequence types."""
+    rng = random.Random(5)
+    for _ in range(400):
+        a = [rng.randrange(50) for _ in range(rng.randrange(0, 300))]
+        b = list(a) + [rng.randrange(50) for _ in range(rng.randrange(0, 5))]
+        if a and rng.random() < 0.7:
+            i = rng.randrange(len(a))
+            b[i] = a[i] + 1
+        expected = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        assert common_prefix(a, b) == common_prefix(b, a) == expected
+        assert common_prefix(tuple(a), b) == common_prefix(a, tuple(b)) == expected

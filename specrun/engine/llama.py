@@ -875,10 +875,18 @@ def _joined(blocks: list) -> "np.ndarray | Shortlist":
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading items a and b share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
+    """How many leading items a and b share. Two lists are compared in slices, which Python
+    compares in C: a drafter asks every step how much of a history its cache holds, and the answer
+    is all of it but the last few tokens (a 3,000-token history took 80 microseconds item by item)."""
+    n = min(len(a), len(b))
+    start = 0
+    if type(a) is list and type(b) is list:
+        if a[:n] == b[:n]:
+            return n
+        tail = max(0, n - 64)
+        if a[:tail] == b[:tail]:
+            start = tail
+    for i in range(start, n):
+        if a[i] != b[i]:
+            return i
     return n

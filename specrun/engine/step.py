@@ -332,7 +332,7 @@ class Engine:
             in_hand = {self.lookup.name: proposals[s.seq].confidence or [1.0] * len(proposals[s.seq].tokens)} \
                 if s.seq in proposals else {}
             behind = {name: controller.catch_up_seconds(name, d.lag(s.seq, s.history))
-                      for name, d in self.drafters.items() if caps[s.seq] > 0}
+                      for name, d in self.drafters.items() if caps[s.seq] > 0 and controller.weighs(name)}
             asks.append(Ask(s.seq, caps[s.seq], s.remaining(), s.own, in_hand, behind))
         decision = controller.plan(asks, max_rows=max_rows, base_rows=reserve)
         return dict(decision.choices), proposals

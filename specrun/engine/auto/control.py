@@ -361,9 +361,19 @@ class Controller:
         """The most tokens `name` may draft for `ask` this step."""
         return min(ask.k_max, self.k_max, self.caps.get(name, self.k_max))
 
+    def weighs(self, drafter: str) -> bool:
+        """Whether plan() weighs `drafter` at all (what it needs to, such as its catch-up, is
+        worth working out)."""
+        return drafter not in self.ruled_out
+
     def _options(self, ask: Ask) -> list[Option]:
+        """The ways `ask` could draft this step: a proposal in hand, or a drafter judged on its
+        estimates. A drafter the seeded costs ruled out is never tried, so it is not weighed
+        either (its profile and moves cost a tenth of a millisecond every step)."""
         options = []
         for name in self.tracks:
+            if not self.weighs(name):
+                continue
             if name in ask.in_hand:
                 if ask.in_hand[name]:
                     options.append(Option(name, list(ask.in_hand[name])))

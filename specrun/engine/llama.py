@@ -376,8 +376,7 @@ class Context(FreedOnCollection):
             _llama_ext().llama_set_embeddings_nextn(self.ptr, True, head)  # the head: rows for its outputs only
         self._head_batch = lib.llama_batch_ext_init(self.ptr) if head else None
         self._shortlists = [0] * n_seq  # each sequence's top-k cut in the graph (0: full rows)
-        self._chains = [None] * n_seq  # the sampler chains attached now, freed when taken off
-        self._attached: set[int] = set()  # sequences whose chain llama.cpp holds now
+        self._chains: dict[int, object] = {}  # sequence → the chain llama.cpp holds for it now, freed when taken off
         self._batch_arrays(lib)
 
     @property
@@ -448,26 +447,23 @@ class Context(FreedOnCollection):
             lib.llama_sampler_free(chain)  # not offloaded: llama.cpp dropped the sequence's cut
             return False
         self._chains[seq] = chain
-        self._attached.add(seq)
         return True
 
     def _detach(self, seq: int) -> None:
-        chain = self._chains[seq]
+        chain = self._chains.pop(seq, None)
         if chain is not None:
             lib = _llama()
             lib.llama_set_sampler(self.ptr, seq, None)
             lib.llama_sampler_free(chain)
-            self._chains[seq] = None
-            self._attached.discard(seq)
 
     def _attach_for(self, outputs: set[int]) -> None:
         """Before a pass with output rows: the chains on exactly the shortlisted sequences that
         have rows in it. llama.cpp runs a chain whose sequence has no row in a pass on a stand-in
         row, and that corrupts other sequences' candidates (ids wrong, logits right), so a chain
         comes off while its sequence has no row and a new one goes on when it has one again."""
-        for seq in self._attached - outputs:
+        for seq in self._chains.keys() - outputs:
             self._detach(seq)
-        for seq in outputs - self._attached:
+        for seq in outputs - self._chains.keys():
             k = self._shortlists[seq]
             if k and not self._attach(seq, k):
                 self._shortlists[seq] = 0
@@ -568,9 +564,9 @@ class Context(FreedOnCollection):
                     wanted.append((index, 0, row + n - 1))  # 0: one row, returned as a row, not a block
             row += n
         self.batch.n_tokens = row
-        if wanted and (self._attached or any(self._shortlists)):
+        if wanted and (self._chains or any(self._shortlists)):
             outputs = {segments[index].seq for index, _, _ in wanted}
-            if outputs != self._attached:
+            if self._chains.keys() != outputs:
                 self._attach_for(outputs)
         start_time = time.perf_counter()
         status = self._lib.llama_decode(self.ptr, self.batch)
@@ -791,10 +787,10 @@ class Context(FreedOnCollection):
         if getattr(self, "ptr", None):
             _llama().llama_free(self.ptr)
             self.ptr = None
-        for i, chain in enumerate(getattr(self, "_chains", ())):
-            if chain is not None:  # after the context, which holds them to the end
-                _llama().llama_sampler_free(chain)
-                self._chains[i] = None
+        chains = getattr(self, "_chains", {})
+        for chain in chains.values():  # after the context, which holds them to the end
+            _llama().llama_sampler_free(chain)
+        chains.clear()
 
 
 class _Appending:

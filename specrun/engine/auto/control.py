@@ -362,8 +362,8 @@ class Controller:
         return min(ask.k_max, self.k_max, self.caps.get(name, self.k_max))
 
     def weighs(self, drafter: str) -> bool:
-        """Whether plan() weighs `drafter` at all (what it needs to, such as its catch-up, is
-        worth working out)."""
+        """Whether plan() weighs `drafter` at all; for one it does not, nothing it would need (its
+        catch-up, its profile) is worth working out."""
         return drafter not in self.ruled_out
 
     def _options(self, ask: Ask) -> list[Option]:

@@ -33,10 +33,8 @@ class NgramIndex:
         old = self.tokens
         if not isinstance(history, list):
             history = [int(t) for t in history]
-        if len(history) >= len(old) and history[: len(old)] == old:
-            keep = len(old)
-        else:
-            keep = common_prefix(old, history)
+        keep = common_prefix(old, history)
+        if keep < len(old):
             self._drop_from(keep)
         self._extend(history[keep:])
         return keep

@@ -284,3 +284,52 @@ def test_a_child_started_in_another_folder_runs_this_checkouts_specrun(tmp_path)
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(CHECKOUT / "specrun" / "__init__.py")
+
+
+@pytest.mark.parametrize("mode", ["off", "draft"])
+def test_ctrl_c_inside_a_step_ends_after_it_so_the_text_printed_is_that_of_the_tokens_counted(tiny_target, tiny_draft,
+                                                                                             monkeypatch, mode):
+    """SIGINT arrives while a token is being committed (between its append and its text): the run
+    stops after that step, and the text printed is exactly the text of the tokens it reports."""
+    import io
+
+    from specrun.cli.run import generate
+    from specrun.engine.sampling import SamplingParams
+    from specrun.engine.sequence import GenerationSettings
+    from specrun.engine.text import TextAssembler
+    from specrun.runtime.pair import Pair, PairConfig
+    from specrun.terminal import Output
+
+    loaded = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
+    tokens = loaded.prompt_tokens("hi there", chat=False)
+
+    def run(max_tokens: int) -> tuple[str, int]:
+        stdout = io.StringIO()
+        out = Output(stdout=stdout, stderr=io.StringIO())
+        settings = GenerationSettings(max_tokens=max_tokens, sampling=SamplingParams(temperature=0.0), ignore_eos=True)
+        try:
+            generate(loaded, tokens, settings, out, 1, mode)
+        except KeyboardInterrupt:
+            pass
+        return stdout.getvalue(), int(re.search(r"(\d+) tok · ", out.err.getvalue()).group(1))
+
+    feed, calls = TextAssembler.feed, []
+
+    def feed_then_signal(self, piece):
+        calls.append(piece)
+        if len(calls) == 12:
+            os.kill(os.getpid(), signal.SIGINT)  # Python raises it at its next instruction, here
+        return feed(self, piece)
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(TextAssembler, "feed", feed_then_signal)
+            text, generated = run(200)
+        assert signal.getsignal(signal.SIGINT) is previous
+        assert 12 <= generated < 200
+        plain_text, plain_generated = run(generated)
+        assert plain_generated == generated and text == plain_text
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        loaded.close()

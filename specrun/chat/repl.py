@@ -6,12 +6,12 @@ and the partial answer stays in the conversation; from a pipe, Ctrl-C ends the p
 
 from __future__ import annotations
 
-import signal
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from typing import Callable, Protocol
 
 from ..engine.generation import Step
 from ..errors import OutputClosed, SpecrunError
+from ..interrupts import Interrupts
 from .session import Answer, ChatSession, Turn
 from .slash import is_command, run_command
 
@@ -26,66 +26,6 @@ class Display(Protocol):
     def warn(self, text: str) -> None: ...
     def error(self, text: str) -> None: ...
     def farewell(self, session: ChatSession) -> None: ...
-
-
-class Interrupts:
-    """Ctrl-C during an answer: the first press asks the loop to stop after the current step (so the
-    caches stay consistent); a second press stops at once. A press after the answer has ended is
-    ignored until the next prompt takes Ctrl-C over, so a quick double press never quits the chat.
-    Keys typed meanwhile are not echoed into the answer (`fd`: the terminal)."""
-
-    def __init__(self, fd: int | None = None) -> None:
-        self.requested = False
-        self.active = False
-        self.fd = fd
-
-    def _handler(self, signum, frame) -> None:  # noqa: ARG002 - signal signature
-        if not self.active:
-            return
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    @contextmanager
-    def armed(self):
-        self.requested, self.active = False, True
-        previous = signal.signal(signal.SIGINT, self._handler)
-        saved = _quiet_keys(self.fd)
-        try:
-            yield self
-        finally:
-            self.active = False
-            signal.signal(signal.SIGINT, previous)
-            _restore_keys(self.fd, saved)
-
-
-def _quiet_keys(fd: int | None) -> list | None:
-    """Turn off the terminal's echo (and its ^C echo); returns the settings to restore."""
-    if fd is None:
-        return None
-    try:
-        import termios
-    except ImportError:
-        return None
-    try:
-        saved = termios.tcgetattr(fd)
-        quiet = list(saved)
-        quiet[3] &= ~(termios.ECHO | termios.ECHOCTL)
-        termios.tcsetattr(fd, termios.TCSANOW, quiet)
-        return saved
-    except (termios.error, OSError, ValueError):
-        return None
-
-
-def _restore_keys(fd: int | None, saved: list | None) -> None:
-    if saved is None:
-        return
-    import termios
-
-    try:
-        termios.tcsetattr(fd, termios.TCSANOW, saved)
-    except (termios.error, OSError, ValueError):
-        pass
 
 
 def answer(session: ChatSession, content: str, display: Display, interrupts: Interrupts | None) -> Answer | None:

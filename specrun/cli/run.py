@@ -12,6 +12,7 @@ from .. import defaults
 from ..engine.sequence import GenerationSettings
 from ..engine.stats import Stats
 from ..errors import InputError
+from ..interrupts import Interrupts
 from ..models.reasoning import CONTENT, REASONING, ReasoningSplitter, join
 from ..runtime.chat_format import thinking_variables
 from ..runtime.pair import Pair
@@ -102,11 +103,13 @@ class AnswerParts:
 
 def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out: Output, seed: int, mode: str,
              splitter: ReasoningSplitter | None = None) -> None:
-    """Stream one generation through `out`; on Ctrl-C flush what was generated, then re-raise."""
+    """Stream one generation through `out`; on Ctrl-C flush what was generated, then re-raise. The
+    first Ctrl-C takes effect after the step under way (specrun.interrupts), a second one at once."""
     generation = loaded.generation(tokens, settings, mode=mode)
     pieces: list[str] = []
     parts = AnswerParts(out, splitter)
     started = time.perf_counter()
+    interrupts = Interrupts()
 
     def flush_tail() -> None:
         """Text of a step interrupted before it was yielded, then whatever was held back."""
@@ -120,11 +123,13 @@ def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out:
         out.end_text()
 
     try:
-        with fatal.flushing(flush_before_exit):
+        with fatal.flushing(flush_before_exit), interrupts.armed():
             for step in generation.run():
                 pieces.append(step.text)
                 parts.feed(step.text, final=step.finished is not None)
                 out.status(status_line(generation.stats, time.perf_counter() - started, generation.label()))
+                if interrupts.requested and step.finished is None:
+                    raise KeyboardInterrupt
     except KeyboardInterrupt:
         flush_tail()
         generation.stats.stop_reason = "interrupted"

@@ -126,10 +126,13 @@ def fake_doc(result, settings=None):
 # ---- scheduling ----------------------------------------------------------------------------------
 
 
-def test_schedule_interleaves_configurations_per_prompt_and_repeats():
+def test_schedule_interleaves_configurations_per_prompt_and_reverses_them_every_other_repetition():
     order = schedule(n_prompts=2, n_configs=2, runs=2)
-    assert order == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)]
-    assert [c for _, _, c in order] == [0, 1] * 4  # A B A B …
+    assert order == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 1), (1, 0, 0), (1, 1, 1), (1, 1, 0)]
+    three = schedule(n_prompts=1, n_configs=3, runs=4)
+    assert [c for _, _, c in three] == [0, 1, 2, 2, 1, 0, 0, 1, 2, 2, 1, 0]  # A B C, C B A, …
+    positions = {c: [i % 3 for i, (_, _, cc) in enumerate(three) if cc == c] for c in range(3)}
+    assert all(sum(p) == sum(positions[0]) for p in positions.values())  # no configuration always runs first
 
 
 def test_configurations_always_include_plain_per_temperature():
@@ -155,7 +158,7 @@ def test_run_bench_warms_up_calibrates_then_runs_interleaved_with_fixed_seeds():
     assert all(c[2] == 20 and c[3] == min(24, WARMUP_TOKENS) for c in warm)  # shortest prompt, short runs
     assert engine.calls[2] == ("calibrate", 20, (1, 2, 3, 4))  # batch sizes 1 … K + 1
     measured = [c for c in engine.calls[3:] if c[0] == "run"]
-    assert [c[1] for c in measured] == ["off-t0", "draft-k3-t0"] * 4
+    assert [c[1] for c in measured] == ["off-t0", "draft-k3-t0"] * 2 + ["draft-k3-t0", "off-t0"] * 2
     assert [c[4] for c in measured] == [7, 7, 8, 8, 7, 7, 8, 8]  # seed + prompt index, same in every config and run
 
 

@@ -2,7 +2,7 @@
 
 The method, in the order it runs: every configuration is loaded and checked before anything is
 timed; warm-up runs; a short calibration of the raw decode costs the cost model needs; then
-`runs` repetitions in which the configurations of each prompt run back to back (A B A B …), so
+`runs` repetitions in which the configurations of each prompt run back to back (A B, then B A, …), so
 drift on a noisy machine hits all of them alike. Every run starts from empty KV caches, so each
 one prefills its prompt and times to first token compare. Seeds are fixed: prompt i uses seed + i
 in every configuration and repetition.
@@ -244,8 +244,11 @@ class BenchResult:
 
 def schedule(n_prompts: int, n_configs: int, runs: int) -> list[tuple[int, int, int]]:
     """(repetition, prompt, configuration) in running order: the configurations of one prompt back
-    to back, A B A B …, repeated `runs` times over all prompts."""
-    return [(r, p, c) for r in range(runs) for p in range(n_prompts) for c in range(n_configs)]
+    to back, repeated `runs` times over all prompts, in reverse order every other repetition
+    (A B, B A, A B …): a drift within a prompt's runs, or a cost the first run of a prompt pays,
+    then falls on every configuration alike instead of always on the same one."""
+    configs = list(range(n_configs))
+    return [(r, p, c) for r in range(runs) for p in range(n_prompts) for c in (configs if r % 2 == 0 else configs[::-1])]
 
 
 def first_divergence(expected: Sequence[int], actual: Sequence[int]) -> int | None:

@@ -450,7 +450,7 @@ def sigint_restored():
 
 def test_a_hard_interrupt_clears_the_caches_and_the_chat_goes_on(pair, sigint_restored):
     from specrun.chat.repl import answer
-    from specrun.interrupts import Interrupts
+    from specrun.chat.interrupts import Interrupts
 
     chat = session(pair)
     display = StopAt(after=3)
@@ -479,7 +479,7 @@ def test_show_drafts_colours_exactly_the_accepted_draft_tokens(pair):
 
 def test_the_sigint_handler_is_restored_after_every_answer(pair):
     from specrun.chat.repl import answer
-    from specrun.interrupts import Interrupts
+    from specrun.chat.interrupts import Interrupts
 
     previous = signal.getsignal(signal.SIGINT)
     chat = session(pair)

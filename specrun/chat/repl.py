@@ -11,7 +11,7 @@ from typing import Callable, Protocol
 
 from ..engine.generation import Step
 from ..errors import OutputClosed, SpecrunError
-from ..interrupts import Interrupts
+from .interrupts import Interrupts
 from .session import Answer, ChatSession, Turn
 from .slash import is_command, run_command
 

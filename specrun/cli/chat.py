@@ -10,8 +10,8 @@ import typer
 from .. import defaults
 from ..chat.display import JsonlDisplay, PlainDisplay, TerminalDisplay
 from ..chat.input import JsonlInput, LineInput, TerminalInput
+from ..chat.interrupts import Interrupts
 from ..chat.repl import run_session
-from ..interrupts import Interrupts
 from ..chat.session import ChatSession
 from ..chat.slash import ALIASES, COMMANDS
 from ..errors import EXIT_USAGE

@@ -12,7 +12,7 @@ from .. import defaults
 from ..engine.sequence import GenerationSettings
 from ..engine.stats import Stats
 from ..errors import InputError
-from ..interrupts import Interrupts
+from ..chat.interrupts import Interrupts
 from ..models.reasoning import CONTENT, REASONING, ReasoningSplitter, join
 from ..runtime.chat_format import thinking_variables
 from ..runtime.pair import Pair
@@ -104,7 +104,7 @@ class AnswerParts:
 def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out: Output, seed: int, mode: str,
              splitter: ReasoningSplitter | None = None) -> None:
     """Stream one generation through `out`; on Ctrl-C flush what was generated, then re-raise. The
-    first Ctrl-C takes effect after the step under way (specrun.interrupts), a second one at once."""
+    first Ctrl-C takes effect after the step under way (specrun.chat.interrupts), a second one at once."""
     generation = loaded.generation(tokens, settings, mode=mode)
     pieces: list[str] = []
     parts = AnswerParts(out, splitter)

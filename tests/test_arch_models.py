@@ -286,6 +286,54 @@ def test_sliding_window_cut_keeps_a_usable_cache_only_with_its_window(swa_target
             assert (difference < 0.05) if usable else (difference > 0.5), (usable, difference)
 
 
+def test_sequences_sharing_a_sliding_window_cache_cut_back_exactly(swa_target):
+    """Two sequences in one cache, decoded in turns and cut back past the window (8 tokens): every
+    row equals a fresh single-sequence pass over the same history. llama.cpp hands a cell that has
+    left its sequence's window to the next token stored, whichever sequence's, so a cut would
+    otherwise find part of the window gone."""
+    from specrun.engine.llama import Context, LoadOptions, Model, Segment
+
+    model = Model(swa_target, LoadOptions(use_extra_bufts=False))
+    ctx = Context(model, n_seq=2, n_ctx=256, n_threads=1, n_batch=64)
+    ref = Context(model, n_seq=1, n_ctx=256, n_threads=1, n_batch=256)
+    rng = np.random.default_rng(0)
+    histories: list[list[int]] = [[], []]
+    try:
+        for step in range(80):
+            seq = int(rng.integers(0, 2))
+            tokens = [int(t) for t in rng.integers(0, model.n_vocab, int(rng.integers(1, 9)))]
+            if len(histories[seq]) + len(tokens) > 200:
+                ctx.clear(seq)
+                histories[seq] = []
+            got = np.asarray(ctx.decode([Segment(seq, tokens, "last")])[0])
+            histories[seq] += tokens
+            ref.clear()
+            want = np.asarray(ref.decode([Segment(0, histories[seq], "last")])[0])
+            assert np.abs(got - want).max() < 0.05, (step, seq, len(histories[seq]))
+            if rng.random() < 0.5:
+                keep = max(0, len(histories[seq]) - int(rng.integers(1, 13)))
+                ctx.trim(seq, keep)
+                histories[seq] = histories[seq][:keep]
+    finally:
+        ctx.close()
+        ref.close()
+        model.close()
+
+
+def test_a_sliding_window_context_of_more_sequences_than_it_can_pin_is_refused_with_the_fix(swa_target):
+    from specrun.engine.llama import Context, LoadOptions, Model
+    from specrun.errors import SpecrunError
+
+    model = Model(swa_target, LoadOptions(use_extra_bufts=False))
+    try:
+        with pytest.raises(SpecrunError, match="at most 128 sequences") as caught:
+            Context(model, n_seq=129, n_ctx=16, n_threads=1)
+        assert "--parallel to 64" in caught.value.hint
+        Context(model, n_seq=128, n_ctx=16, n_threads=1).close()
+    finally:
+        model.close()
+
+
 def head_logits(lib, head, tokens, rows, n_vocab):
     """The MTP head's logits at every position p, given the token at p and the hidden row `rows[p]`
     (one llama_batch_ext entry each: a token with its hidden state as the entry's embedding)."""

@@ -78,6 +78,8 @@ def read_vocabulary(path: str | os.PathLike) -> Vocabulary:
         lib.llama_model_free(model)
 
 
+LLAMA_MAX_SEQ = 256  # sequences one llama.cpp context can name
+CHUNKED_WINDOW_ARCHS = {"llama4"}  # windows of fixed chunks (a token sees its own chunk) instead of sliding ones
 ROUND_TRIP_TEXT = "Hello, world! def f(x):\n    return x ** 2  # ünïcödé, 你好, 🙂 and 3.14\n"
 
 
@@ -192,6 +194,8 @@ class Model(FreedOnCollection):
         self._longest_piece: int | None = None
         # A recurrent state (Mamba, gated delta nets, hybrids) has no positions to cut: see Context.rewind.
         self.recurrent = bool(lib.llama_model_is_recurrent(self.ptr) or lib.llama_model_is_hybrid(self.ptr))
+        self.n_swa = int(lib.llama_model_n_swa(self.ptr))  # tokens a sliding-window layer attends to (0: none)
+        self.swa_chunked = _meta(self.ptr, "general.architecture") in CHUNKED_WINDOW_ARCHS
         self.mtp_heads = int(lib.llama_model_n_layer_nextn(self.ptr)) if options.load_mtp else 0
         self.n_embd_out = int(lib.llama_model_n_embd_out(self.ptr))
         self.bos = int(lib.llama_vocab_bos(self.vocab))  # -1: the vocabulary has none
@@ -338,7 +342,15 @@ class Context(FreedOnCollection):
         params.n_ctx = n_ctx * (n_seq_pool or n_seq)
         params.n_batch = n_batch
         params.n_ubatch = max(n_batch, rollback + 2) if model.recurrent and rollback else n_batch  # llama.cpp needs the room
-        params.n_seq_max = n_seq
+        # A sliding-window cache hands a cell its window has left to the next token it stores, held
+        # by one sequence or not, so cutting that sequence back would find the cell gone: each
+        # sequence's cells are also held by a pin sequence (n_seq + seq), which no batch ever names.
+        self.pins = n_seq if model.n_swa > 0 else 0
+        self._pinned = [0] * n_seq  # positions below this are held by the sequence's pin
+        if 2 * n_seq > LLAMA_MAX_SEQ and self.pins:
+            raise SpecrunError(f"a sliding-window model holds at most {LLAMA_MAX_SEQ // 2} sequences, not {n_seq}",
+                               f"lower --parallel to {LLAMA_MAX_SEQ // 4} or less")
+        params.n_seq_max = n_seq + self.pins
         params.kv_unified = True
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
@@ -576,6 +588,9 @@ class Context(FreedOnCollection):
                                "raise --ctx-size" + (" or lower --parallel" if self.n_seq > 1 else "") + "; SPECRUN_DEBUG=1 shows details")
         for index, start, end in pieces:
             self._last_call[segments[index].seq] = end - start
+        if self.pins:
+            for index, _, end in pieces:
+                self._pin_leaving(segments[index].seq, bases[index] + end)
         if self.hidden and self.on_hidden is not None:
             block = float_view(_llama_ext().llama_get_embeddings_nextn(self.ptr), (row, self.model.n_embd_out))
             at = 0
@@ -709,6 +724,9 @@ class Context(FreedOnCollection):
         if status != 0:
             raise SpecrunError(f"the multi-token-prediction head failed with status {status} on {len(items)} entries",
                                "raise --ctx-size or use another --spec mode; SPECRUN_DEBUG=1 shows details")
+        if self.pins:
+            for seq, pos, _, _, _ in items:
+                self._pin_leaving(seq, pos + 1)
         return [(float_view(lib.llama_get_logits_ith(self.ptr, at), (self.model.n_vocab,)).copy(),
                  float_view(ext.llama_get_embeddings_nextn_ith(self.ptr, at), (width,)).copy()) for at in outputs]
 
@@ -726,6 +744,7 @@ class Context(FreedOnCollection):
         if self.rewind == "positions" or (self.rewind == "snapshots" and cut <= min(self.snapshots, self._last_call[seq] - 1)):
             if not _llama().llama_memory_seq_rm(self.memory, seq, n_keep, -1):
                 raise SpecrunError("llama.cpp could not trim its KV cache", "this model's cache type cannot rewind; use --spec off")
+            self._unpin(seq, n_keep)
             del self.tokens[seq][n_keep:]
             self._last_call[seq] = 0  # a snapshot undoes once
             return
@@ -754,9 +773,12 @@ class Context(FreedOnCollection):
             buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
             if lib.llama_state_seq_set_data_ext(self.ptr, buf, len(data), seq, lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) == len(data):
                 lib.llama_memory_seq_rm(self.memory, seq, saved[0], -1)
+                self._unpin(seq, 0)
+                self._pin_leaving(seq, saved[0])
                 at = saved[0]
         if at == 0:
             lib.llama_memory_seq_rm(self.memory, seq, -1, -1)
+            self._unpin(seq, 0)
             self._checkpoints[seq] = None
         self.tokens[seq] = tokens[:at]
         self._last_call[seq] = 0
@@ -772,11 +794,29 @@ class Context(FreedOnCollection):
                 tokens.clear()
             self._checkpoints = [None] * self.n_seq
             self._last_call = [0] * self.n_seq
+            self._pinned = [0] * self.n_seq
             return
         _llama().llama_memory_seq_rm(self.memory, seq, -1, -1)
+        self._unpin(seq, 0)
         self.tokens[seq].clear()
         self._checkpoints[seq] = None
         self._last_call[seq] = 0
+
+    def _pin_leaving(self, seq: int, length: int) -> None:
+        """Once `seq` holds `length` positions, pin every cell it holds if some unpinned one has left
+        its window (llama.cpp may then hand it out at the next pass). Pinning when the window moves
+        on, not at every pass, costs one walk over the cells every window's worth of tokens."""
+        n_swa = self.model.n_swa
+        left = (length // n_swa) * n_swa - 1 if self.model.swa_chunked else length - n_swa  # highest position out
+        if left >= self._pinned[seq]:
+            self._lib.llama_memory_seq_cp(self.memory, seq, seq + self.pins, self._pinned[seq], -1)
+            self._pinned[seq] = length
+
+    def _unpin(self, seq: int, start: int) -> None:
+        """Let go of the pin sequence's hold on the cells of `seq` from `start` on, as the sequence's own is dropped."""
+        if self.pins:
+            self._lib.llama_memory_seq_rm(self.memory, seq + self.pins, start, -1)
+            self._pinned[seq] = min(self._pinned[seq], start)
 
     # -- lifetime ----------------------------------------------------------------------------
 
@@ -814,6 +854,7 @@ class _Appending:
         else:
             for seg, base in zip(self.segments, self.bases):
                 self.ctx._lib.llama_memory_seq_rm(self.ctx.memory, seg.seq, base, -1)
+                self.ctx._unpin(seg.seq, base)
         return False
 
 

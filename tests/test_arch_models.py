@@ -320,6 +320,64 @@ def test_sequences_sharing_a_sliding_window_cache_cut_back_exactly(swa_target):
         model.close()
 
 
+def test_a_recurrent_cache_serving_several_sequences_cuts_each_back_exactly(hybrid_target):
+    """Server-shaped passes on a hybrid target with rollback snapshots: requests admitted between
+    steps (some reusing part of a kept cache), a verification pass over every active sequence (1..8
+    tokens each), snapshot cuts of rejected tokens right after it. Every row equals a fresh
+    single-sequence pass over the same history."""
+    from specrun.engine.llama import Context, LoadOptions, Model, Segment
+
+    model = Model(hybrid_target, LoadOptions(use_extra_bufts=False))
+    ctx = Context(model, n_seq=4, n_ctx=256, n_threads=1, n_batch=64, rollback=8)
+    ref = Context(model, n_seq=1, n_ctx=512, n_threads=1, n_batch=512)
+    rng = np.random.default_rng(0)
+    histories: list[list[int]] = [[] for _ in range(4)]
+    active: set[int] = set()
+
+    def tokens(n: int) -> list[int]:
+        return [int(t) for t in rng.integers(0, model.n_vocab, n)]
+
+    try:
+        assert ctx.rewind == "snapshots"
+        for step in range(60):
+            for seq in range(4):
+                if seq not in active and rng.random() < 0.3:
+                    keep = int(rng.integers(0, len(histories[seq]) + 1)) if histories[seq] else 0
+                    if keep < len(histories[seq]):
+                        ctx.trim(seq, keep)
+                        histories[seq] = histories[seq][:keep]
+                    prompt = tokens(int(rng.integers(1, 20)))
+                    if len(histories[seq]) + len(prompt) > 200:
+                        ctx.clear(seq)
+                        histories[seq] = []
+                    ctx.decode([Segment(seq, prompt, "last")])
+                    histories[seq] += prompt
+                    ctx.checkpoint(seq)
+                    active.add(seq)
+            segments = []
+            for seq in sorted(active, key=lambda _: rng.random()):
+                if len(histories[seq]) > 200:
+                    active.discard(seq)
+                    continue
+                segments.append(Segment(seq, tokens(int(rng.integers(1, 9))), "all"))
+            for segment, rows in zip(segments, ctx.decode(segments) if segments else []):
+                histories[segment.seq] += segment.tokens
+                ref.clear()
+                want = np.asarray(ref.decode([Segment(0, histories[segment.seq], "all")])[0])[-len(segment.tokens):]
+                assert np.abs(np.asarray(rows) - want).max() < 0.05, (step, segment.seq)
+            for segment in segments:
+                cut = int(rng.integers(0, len(segment.tokens)))
+                if cut:
+                    ctx.trim(segment.seq, len(histories[segment.seq]) - cut)
+                    del histories[segment.seq][-cut:]
+                if rng.random() < 0.1:
+                    active.discard(segment.seq)
+    finally:
+        ctx.close()
+        ref.close()
+        model.close()
+
+
 def test_a_sliding_window_context_of_more_sequences_than_it_can_pin_is_refused_with_the_fix(swa_target):
     from specrun.engine.llama import Context, LoadOptions, Model
     from specrun.errors import SpecrunError

@@ -500,7 +500,15 @@ class Context(FreedOnCollection):
             raise ValueError("views of the logits need the segments in one pass")
         out: list[list[np.ndarray]] = [[] for _ in segments]
         with self._appending(segments) as bases:
-            if total <= self.n_batch:
+            if self.snapshots and len(segments) > 1:
+                # A recurrent cache computes the sequences of one pass as several groups and moves
+                # their states between cells to lay each group out side by side; a group's
+                # snapshots then land in cells holding other sequences' snapshots, and a cut back
+                # through those restores a wrong state. One sequence per pass moves nothing.
+                for index, seg in enumerate(segments):
+                    for pieces in self._chunks([seg]):
+                        self._pass(segments, bases, [(index, start, end) for _, start, end in pieces], out, True)
+            elif total <= self.n_batch:
                 self._pass(segments, bases, [(i, 0, len(seg.tokens)) for i, seg in enumerate(segments)], out, copy)
             else:
                 for pieces in self._chunks(segments):

@@ -38,19 +38,15 @@ class Interrupts:
         """Take Ctrl-C over for the block. Off the main thread (where signals never arrive) it only
         resets `requested`."""
         self.requested, self.active = False, True
-        if threading.current_thread() is not threading.main_thread():
-            try:
-                yield self
-            finally:
-                self.active = False
-            return
-        previous = signal.signal(signal.SIGINT, self._handler)
-        saved = _quiet_keys(self.fd)
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, self._handler) if main else None
+        saved = _quiet_keys(self.fd) if main else None
         try:
             yield self
         finally:
             self.active = False
-            signal.signal(signal.SIGINT, previous)
+            if main:
+                signal.signal(signal.SIGINT, previous)
             _restore_keys(self.fd, saved)
 
 

@@ -9,10 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from .. import defaults
+from ..chat.interrupts import Interrupts
 from ..engine.sequence import GenerationSettings
 from ..engine.stats import Stats
 from ..errors import InputError
-from ..chat.interrupts import Interrupts
 from ..models.reasoning import CONTENT, REASONING, ReasoningSplitter, join
 from ..runtime.chat_format import thinking_variables
 from ..runtime.pair import Pair

@@ -814,6 +814,8 @@ class Context(FreedOnCollection):
         """Once `seq` holds `length` positions, pin every cell it holds if some unpinned one has left
         its window (llama.cpp may then hand it out at the next pass). Pinning when the window moves
         on, not at every pass, costs one walk over the cells every window's worth of tokens."""
+        if not self.pins:
+            return
         n_swa = self.model.n_swa
         left = (length // n_swa) * n_swa - 1 if self.model.swa_chunked else length - n_swa  # highest position out
         if left >= self._pinned[seq]:

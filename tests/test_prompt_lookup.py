@@ -202,6 +202,48 @@ def test_an_unused_proposal_is_scored_against_the_tokens_that_followed():
     assert wrong.confidence(2, position=1) < 0.3
 
 
+def read_token_by_token(drafter: PromptLookup, prompt: list[int], answer: list[int], k: int = 16) -> None:
+    """The prompt is read, then the answer one token a step (plain decoding), a proposal each step
+    that nothing drafts."""
+    for end in range(1, len(answer) + 1):
+        drafter.propose(prompt + answer[:end], k)
+
+
+def rest_outcomes(drafter: PromptLookup) -> tuple[float, float]:
+    """Successes and trials of every token after a proposal's first."""
+    rows = drafter.state()["rest"]
+    return sum(row[2] for row in rows), sum(row[3] for row in rows)
+
+
+def test_unused_proposals_that_keep_coming_true_are_judged_past_their_first_token():
+    """Plain steps add one token each, which judges only a proposal's first; a copy that is never
+    drafted must still earn trust in its later tokens, or it is never drafted."""
+    source = list(range(100, 140))
+    copying = PromptLookup(decay=1.0)
+    read_token_by_token(copying, source, source[:30])
+    successes, trials = rest_outcomes(copying)
+    assert trials >= 10 and successes == trials
+    breaking = PromptLookup(decay=1.0)
+    read_token_by_token(breaking, source, source[:12] + [999, 998])
+    successes, trials = rest_outcomes(breaking)
+    assert 0 < successes < trials  # the proposal followed across the break learned where it broke
+
+
+def test_a_followed_proposal_is_not_counted_twice_when_a_verified_draft_follows():
+    source = list(range(100, 140))
+    followed = PromptLookup(decay=1.0)
+    read_token_by_token(followed, source, source[:6])
+    assert followed._watched is not None
+    start, _, _, learned = followed._watched
+    seen = len(followed.index.tokens) - start
+    before = rest_outcomes(followed)
+    followed.feedback(4, 4)  # a draft of the latest proposal was verified
+    after = rest_outcomes(followed)
+    assert followed._watched is None
+    # The followed proposal adds the positions it saw beyond those it had learned; the draft, its own.
+    assert after[1] - before[1] == (seen - max(learned, 1)) + 3
+
+
 def test_feedback_without_a_proposal_is_ignored():
     drafter = PromptLookup()
     drafter.feedback(3, 1)

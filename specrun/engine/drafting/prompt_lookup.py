@@ -34,7 +34,10 @@ class PromptLookup:
     from `feedback`, or, when the draft got none (a hybrid or the auto controller chose another
     option, or cut the draft to nothing), from comparing it with the tokens the history gained
     since: the target's own tokens are what a verifier would have checked it against, so the
-    estimate stays calibrated while the lookup sits unused.
+    estimate stays calibrated while the lookup sits unused. A plain step adds one token, which
+    judges only a proposal's first; one unused proposal at a time whose tokens keep coming true is
+    followed over later steps, so the tokens after the first are judged too (otherwise a copy
+    never drafted is never trusted beyond its priors, and never drafted for that).
     """
 
     name = "ngram"
@@ -59,6 +62,9 @@ class PromptLookup:
         self._first: dict[tuple[str, int], list[float]] = {}  # [successes, trials]
         self._rest: dict[tuple[str, int], list[float]] = {}
         self._pending: tuple[int, tuple[str, int], list[int]] | None = None  # (history length, evidence, tokens)
+        # An unused proposal whose tokens so far all came true, followed until it breaks or is used
+        # up: (history length, evidence, tokens, positions already learned).
+        self._watched: tuple[int, tuple[str, int], list[int], int] | None = None
         # Per table and kind: [accepted, what the priors expected] over all its lengths, so a length
         # with few outcomes of its own starts from its prior moved the way its kind has gone.
         self._calibration: dict[tuple[str, str], list[float]] = {}
@@ -109,6 +115,7 @@ class PromptLookup:
         keep = self.index.sync(history)
         if self.cursor is not None:
             self.cursor.follow(keep)
+        self._follow_watched(keep)
         self._check_unused(keep)
         if k <= 0:
             return Draft()
@@ -184,6 +191,7 @@ class PromptLookup:
 
     def feedback(self, drafted: int, accepted: int) -> None:
         """Learn from the verified outcome of the last proposal."""
+        self._settle_watched()
         if self._pending is not None:
             _, evidence, _ = self._pending
             self._pending = None
@@ -201,21 +209,50 @@ class PromptLookup:
         matched = common_prefix(draft, actual)
         if actual:
             self._learn(evidence, matched, failed=matched < len(actual))
+            if matched == len(actual) < len(draft) and self._watched is None:
+                self._watched = (start, evidence, draft, matched)
 
-    def _learn(self, evidence: tuple[str, int], successes: int, failed: bool) -> None:
-        for table in (self._first, self._rest, self._calibration):
-            for row in table.values():
-                row[0] *= self.decay
-                row[1] *= self.decay
-        kind, n = evidence
-        key = self._first_key(kind, n)
-        first = self._first.setdefault(key, [0.0, 0.0])
-        first[1] += 1
-        self._calibrate("first", key, first=True, accepted=bool(successes))
-        if not successes:
+    def _follow_watched(self, keep: int) -> None:
+        """Judge the watched proposal's further tokens once it breaks or is used up."""
+        if self._watched is None:
             return
-        first[0] += 1
-        for position in range(2, successes + 2 if failed else successes + 1):
+        start, evidence, draft, learned = self._watched
+        if keep < start + learned:
+            self._watched = None  # the history was rewritten: the outcome is unknown
+            return
+        actual = self.index.tokens[start : start + len(draft)]
+        matched = common_prefix(draft, actual)
+        if matched < len(actual) or len(actual) == len(draft):
+            self._watched = None
+            self._learn(evidence, matched, failed=matched < len(actual), learned=learned)
+
+    def _settle_watched(self) -> None:
+        """A verified draft is about to be learned from, and it covers what the watched proposal
+        would go on to show: judge the watched one on the tokens seen so far."""
+        if self._watched is not None:
+            start, evidence, draft, learned = self._watched
+            self._watched = None
+            matched = common_prefix(draft, self.index.tokens[start : start + len(draft)])
+            self._learn(evidence, matched, failed=False, learned=learned)
+
+    def _learn(self, evidence: tuple[str, int], successes: int, failed: bool, learned: int = 0) -> None:
+        """Learn one outcome: the first `successes` tokens right, and the next one wrong if `failed`.
+        The first `learned` positions were learned from already (a proposal followed over steps):
+        only those after them are counted, and the estimates are not decayed again for it."""
+        kind, n = evidence
+        if not learned:
+            for table in (self._first, self._rest, self._calibration):
+                for row in table.values():
+                    row[0] *= self.decay
+                    row[1] *= self.decay
+            key = self._first_key(kind, n)
+            first = self._first.setdefault(key, [0.0, 0.0])
+            first[1] += 1
+            self._calibrate("first", key, first=True, accepted=bool(successes))
+            if not successes:
+                return
+            first[0] += 1
+        for position in range(max(2, learned + 1), successes + 2 if failed else successes + 1):
             key = self._rest_key(kind, n, position)
             row = self._rest.setdefault(key, [0.0, 0.0])
             row[1] += 1

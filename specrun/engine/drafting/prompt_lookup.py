@@ -191,7 +191,7 @@ class PromptLookup:
 
     def feedback(self, drafted: int, accepted: int) -> None:
         """Learn from the verified outcome of the last proposal."""
-        self._settle_watched()
+        self._follow_watched(len(self.index.tokens), now=True)
         if self._pending is not None:
             _, evidence, _ = self._pending
             self._pending = None
@@ -212,8 +212,10 @@ class PromptLookup:
             if matched == len(actual) < len(draft) and self._watched is None:
                 self._watched = (start, evidence, draft, matched)
 
-    def _follow_watched(self, keep: int) -> None:
-        """Judge the watched proposal's further tokens once it breaks or is used up."""
+    def _follow_watched(self, keep: int, *, now: bool = False) -> None:
+        """Judge the watched proposal's further tokens once it breaks or is used up, or `now` on the
+        tokens seen so far (a verified draft is about to be learned from, and it covers what the
+        watched proposal would go on to show)."""
         if self._watched is None:
             return
         start, evidence, draft, learned = self._watched
@@ -222,18 +224,9 @@ class PromptLookup:
             return
         actual = self.index.tokens[start : start + len(draft)]
         matched = common_prefix(draft, actual)
-        if matched < len(actual) or len(actual) == len(draft):
+        if now or matched < len(actual) or len(actual) == len(draft):
             self._watched = None
             self._learn(evidence, matched, failed=matched < len(actual), learned=learned)
-
-    def _settle_watched(self) -> None:
-        """A verified draft is about to be learned from, and it covers what the watched proposal
-        would go on to show: judge the watched one on the tokens seen so far."""
-        if self._watched is not None:
-            start, evidence, draft, learned = self._watched
-            self._watched = None
-            matched = common_prefix(draft, self.index.tokens[start : start + len(draft)])
-            self._learn(evidence, matched, failed=False, learned=learned)
 
     def _learn(self, evidence: tuple[str, int], successes: int, failed: bool, learned: int = 0) -> None:
         """Learn one outcome: the first `successes` tokens right, and the next one wrong if `failed`.

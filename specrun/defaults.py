@@ -44,7 +44,6 @@ HYBRID_MIN_CONFIDENCE = 0.6  # hybrid: prompt lookup drafts when its first token
 PROBE_EVERY = 16  # steps between probes of a drafter nobody uses; a failed probe doubles it
 PROBE_EVERY_MAX = 512
 HOPE_MARGIN = 1.2  # full acceptance never happens: a drafter must promise this much over plain to be tried
-DRAFT_MARGIN = 1.15  # a draft starts only when its expected tokens exceed this many times what its seconds are worth
 CALIBRATION_SIZES = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32)  # target batches timed: small drafts, tile edges
 CALIBRATION_REPS = 3  # the fastest of three: a first pass builds its graph, a busy machine stalls any pass
 CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog. " * 8

@@ -156,7 +156,7 @@ def test_confidence_starts_from_match_length_and_learns_from_feedback():
         drafter.propose(history, 2)
         drafter.feedback(2, 2)
     first, second = drafter.propose(history, 2).confidence
-    assert first > 0.85 and second > 0.85
+    assert first > 0.8 and second > 0.8
     # Another length keeps its prior when its kind did well (success elsewhere lends no trust);
     # the other kind of match is untouched.
     assert drafter.confidence(3) == pytest.approx(0.6)
@@ -176,6 +176,21 @@ def test_matches_failing_at_some_lengths_lower_the_start_of_the_next_length():
     restored = PromptLookup()
     restored.restore(drafter.state(), cap=8)  # kept between runs with the rest of the estimates
     assert restored.confidence(6, position=1, kind="match+") == pytest.approx(drafter.confidence(6, position=1, kind="match+"), rel=1e-3)
+
+
+def test_the_answer_under_way_outweighs_the_last_within_a_few_outcomes():
+    """One lookup serves answer after answer: after an edit whose copies held forty times, a JSON
+    conversion whose copies break at once must stop being trusted within a few of its own
+    outcomes, not keep the last answer's trust for dozens of steps."""
+    drafter = PromptLookup()
+    history = [1, 2, 3, 4, 5, 6, 1, 2]
+    for _ in range(40):
+        drafter.propose(history, 2)
+        drafter.feedback(2, 2)
+    for _ in range(8):
+        drafter.propose(history, 2)
+        drafter.feedback(2, 0)
+    assert drafter.propose(history, 2).confidence[0] < 0.5  # below the prior of a 2-token match
 
 
 def test_matches_that_fail_at_once_or_copy_long_runs_are_not_averaged_into_one_rate():

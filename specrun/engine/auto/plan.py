@@ -168,18 +168,14 @@ def _moves(plan: _Plan, candidates: Sequence[Candidate], max_rows: int) -> Itera
 
 
 def allocate(candidates: Sequence[Candidate], costs: Costs, *, max_rows: int, base_rows: int = 0, value: float = 0.0,
-             grants: Sequence[Grant] = (), margin: float = defaults.DRAFT_MARGIN) -> Allocation:
+             grants: Sequence[Grant] = ()) -> Allocation:
     """Draft tokens per sequence for one step (see the module docstring).
 
     `base_rows`: tokens already in this step's target batch (prompt chunks being read), which the
     draft rows join; `max_rows`: the most tokens the batch may hold; `value`: tokens per second a
     second is worth at least (the rate achieved lately). A sequence drafts with one drafter per
     step. `grants` are settled first whatever they cost (probes that keep the estimates of a
-    drafter nobody uses current); their sequences are not weighed further. Moves are weighed at
-    par, but a draft is started only by one whose expected tokens exceed `margin` times what its
-    seconds are worth: whether the first token is accepted decides whether any of the
-    draft pays, and that is the least certain estimate, so a start that merely breaks even on the
-    estimates loses more often than it wins where every row costs (a CPU's verify pass).
+    drafter nobody uses current); their sequences are not weighed further.
     """
     plan = _Plan(candidates, costs, base_rows)
     settled = set()
@@ -194,7 +190,7 @@ def allocate(candidates: Sequence[Candidate], costs: Costs, *, max_rows: int, ba
         best, best_net = None, 1e-12
         for move in _moves(plan, free, max_rows):
             net = move.gain - worth * move.cost
-            if net > best_net and (move.k0 > 0 or move.gain > margin * worth * move.cost):
+            if net > best_net:
                 best, best_net = move, net
         if best is None:
             return plan.alloc

@@ -30,7 +30,11 @@ class PromptLookup:
 
     Confidence is the chance that each drafted token is accepted, estimated from recent outcomes
     per kind of evidence: the match length n of an n-gram match, or the tokens an edit copy has run
-    since it was last found, in buckets of run length (priors in `_prior`). Outcomes come
+    since it was last found, in buckets of run length (priors in `_prior`). Every outcome decays
+    the others by `decay`, so about the last ten carry the estimates: one lookup serves answer
+    after answer (a session keeps it), and whether copies hold changes with the answer (an edit of
+    the source copies on; a JSON conversion repeats a row's first tokens and breaks), so the
+    answer under way must outweigh the last one within a few outcomes. Outcomes come
     from `feedback`, or, when the draft got none (a hybrid or the auto controller chose another
     option, or cut the draft to nothing), from comparing it with the tokens the history gained
     since: the target's own tokens are what a verifier would have checked it against, so the
@@ -48,7 +52,7 @@ class PromptLookup:
         ngram_max: int = 8,
         k_max: int = 16,
         *,
-        decay: float = 0.95,
+        decay: float = 0.9,
         prior_weight: float = 4.0,
         follow_copies: bool = True,
     ):

@@ -1,14 +1,23 @@
-"""Replay speculation policies on recorded greedy outputs, with a cost curve instead of a clock.
+"""Replay speculation policies on recorded outputs, with a cost curve instead of a clock.
 
 At temperature 0 the target's answer is fixed, so whether a draft is accepted does not depend on
 timing: the policy under study (auto, or a fixed lookup K) is run step by step against the
 recorded answer, each step charged what the cost curve says a target pass over its batch costs.
 The speedup it reports is what that policy would reach on a machine with that curve, free of the
-noise of a shared machine. Record answers with `--record` (plain greedy decoding of every
-built-in prompt), then replay them with a curve of your machine's costs (see `specrun doctor`).
+noise of a shared machine. Record answers with `--record` (plain decoding of every built-in
+prompt), then replay them with a curve of your machine's costs (see `specrun doctor`).
+
+Answers sampled at a temperature replay sampling too: a sample matches a drafted token x with
+probability p(x), which is the chance the point-mass rule accepts x, and after a mismatch the
+sample is the target's own token. Record several seeds for a stable figure.
+
+`--session` replays as a bench or a chat runs: one controller and one lookup across every answer,
+in `--orders` shuffled orders, each order read twice and the second pass counted.
 
     python scripts/replay_auto.py --record answers.json --target T.gguf -n 128
+    python scripts/replay_auto.py --record sampled.json --target T.gguf --temperature 0.8 --seeds 1,2,3
     python scripts/replay_auto.py answers.json --curve 1:0.028,2:0.042,5:0.084,16:0.140,32:0.240
+    python scripts/replay_auto.py sampled.json --session --orders 6 --configs auto:31
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 import sys
 from collections import defaultdict
@@ -28,18 +38,25 @@ from specrun.engine.drafting.prompt_lookup import PromptLookup
 LOOKUP_SECONDS = 0.0002  # what proposing costs prompt lookup, per step
 
 
-def replay(prompt: list[int], output: list[int], curve: CostCurve, mode: str, k: int, learned: dict | None = None) -> tuple[float, dict]:
-    """Seconds the policy takes to produce `output` after its first token, and step counts. With
-    `learned` (auto only), the run starts from what an earlier process kept, and leaves there what
-    it learned, as one-shot runs do through specrun's cache."""
-    lookup = PromptLookup(1, 8, k_max=k)
+def policy(curve: CostCurve, mode: str, k: int) -> tuple[Controller | None, PromptLookup]:
+    """A fresh lookup, and for auto its controller seeded with the curve."""
     controller = None
     if mode == "auto":
         controller = Controller(["ngram"], k_max=k, k_start=min(k, 4))
         controller.seed(curve.points())
-        if learned:
-            controller.learn(learned["controller"])
-            lookup.restore(learned["lookup"], LEARNED_WEIGHT)
+    return controller, PromptLookup(1, 8, k_max=k)
+
+
+def replay(prompt: list[int], output: list[int], curve: CostCurve, mode: str, k: int, learned: dict | None = None,
+           state: tuple[Controller | None, PromptLookup] | None = None) -> tuple[float, dict]:
+    """Seconds the policy takes to produce `output` after its first token, and step counts. With
+    `learned` (auto only), the run starts from what an earlier process kept, and leaves there what
+    it learned, as one-shot runs do through specrun's cache. With `state`, it goes on with that
+    controller and lookup, as one process does from answer to answer."""
+    controller, lookup = state if state is not None else policy(curve, mode, k)
+    if controller is not None and learned:
+        controller.learn(learned["controller"])
+        lookup.restore(learned["lookup"], LEARNED_WEIGHT)
     history = list(prompt) + output[:1]
     position, seconds = 1, 0.0
     counts = defaultdict(int)
@@ -75,18 +92,44 @@ def parse_curve(text: str) -> CostCurve:
     return CostCurve.of({int(size): float(seconds) for size, seconds in (item.split(":") for item in text.split(","))})
 
 
-def record(path: Path, target: str, max_tokens: int) -> None:
+def record(path: Path, target: str, max_tokens: int, temperature: float = 0.0, seeds: list[int] | None = None) -> None:
     import specrun
     from specrun.bench import prompts as bench_prompts
 
     pair = specrun.load_pair(target)
     answers = {}
-    for prompt in bench_prompts.builtin():
-        tokens = pair.prompt_tokens(prompt.prompt, system=prompt.system)
-        result = specrun.generate(pair, prompt.prompt, system=prompt.system, max_tokens=max_tokens, temperature=0, mode="off")
-        answers[prompt.id] = {"category": prompt.category, "prompt": tokens, "output": result.tokens}
-        print(prompt.id, len(result.tokens), file=sys.stderr)
+    for seed in seeds or [None]:
+        for prompt in bench_prompts.builtin():
+            tokens = pair.prompt_tokens(prompt.prompt, system=prompt.system)
+            result = specrun.generate(pair, prompt.prompt, system=prompt.system, max_tokens=max_tokens,
+                                      temperature=temperature, seed=seed, mode="off")
+            key = prompt.id if seed is None else f"{prompt.id}#{seed}"
+            answers[key] = {"category": prompt.category, "prompt": tokens, "output": result.tokens}
+            print(key, len(result.tokens), file=sys.stderr)
     path.write_text(json.dumps(answers))
+
+
+def replay_all(answers: dict, curve: CostCurve, configs: list[tuple[str, int]], *, carry: bool, max_tokens: int,
+               session: bool = False, orders: int = 1) -> dict[tuple[str, str], list[float]]:
+    """Speedups over plain decoding by (category, config), one per answer (per order, in a session)."""
+    by_category: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for mode, k in configs:
+        for order in range(orders if session else 1):
+            items = list(answers.items())
+            if session:
+                random.Random(order).shuffle(items)
+            state = policy(curve, mode, k) if session else None
+            learned: dict | None = {} if carry else None
+            for counted in ((False, True) if session else (True,)):
+                for pid, item in items:
+                    output = item["output"][:max_tokens]
+                    seconds, counts = replay(item["prompt"], output, curve, mode, k, learned, state)
+                    if counted:
+                        speedup = (len(output) - 1) * curve(1) / seconds
+                        by_category[(item["category"], f"{mode}:{k}")].append(speedup)
+                        if not session:
+                            print(f"{pid:32s} {mode}:{k} {speedup:.2f}× ({counts['accepted']}/{counts['drafted']}, {counts['steps']} steps)")
+    return by_category
 
 
 def main() -> None:
@@ -96,27 +139,21 @@ def main() -> None:
     parser.add_argument("--configs", default="ngram:4,ngram:15,auto:31")
     parser.add_argument("--record", action="store_true", help="record plain greedy answers into ANSWERS first")
     parser.add_argument("--carry", action="store_true", help="auto keeps what it learned from answer to answer, as one-shot processes do")
+    parser.add_argument("--session", action="store_true", help="one controller and lookup across every answer, as a bench or chat keeps them")
+    parser.add_argument("--orders", type=int, default=6, help="with --session: shuffled orders to replay")
+    parser.add_argument("--temperature", type=float, default=0.0, help="with --record: sample at this temperature")
+    parser.add_argument("--seeds", default="1,2,3", help="with --record and a temperature: the seeds to sample with")
     parser.add_argument("--target")
     parser.add_argument("-n", "--max-tokens", type=int, default=128)
     args = parser.parse_args()
     if args.record:
-        record(args.answers, args.target, args.max_tokens)
+        seeds = [int(x) for x in args.seeds.split(",")] if args.temperature > 0 else None
+        record(args.answers, args.target, args.max_tokens, args.temperature, seeds)
         return
     curve = parse_curve(args.curve)
     answers = json.loads(args.answers.read_text())
     configs = [(mode, int(k)) for mode, k in (item.split(":") for item in args.configs.split(","))]
-    by_category: dict[tuple[str, str], list[float]] = defaultdict(list)
-    learned: dict | None = {} if args.carry else None
-    for pid, item in answers.items():
-        output = item["output"][: args.max_tokens]
-        plain = (len(output) - 1) * curve(1)
-        cells = []
-        for mode, k in configs:
-            seconds, counts = replay(item["prompt"], output, curve, mode, k, learned)
-            speedup = plain / seconds
-            by_category[(item["category"], f"{mode}:{k}")].append(speedup)
-            cells.append(f"{mode}:{k} {speedup:.2f}× ({counts['accepted']}/{counts['drafted']}, {counts['steps']} steps)")
-        print(f"{pid:32s} " + " · ".join(cells))
+    by_category = replay_all(answers, curve, configs, carry=args.carry, max_tokens=args.max_tokens, session=args.session, orders=args.orders)
     print()
     for (category, config), values in sorted(by_category.items()):
         print(f"{category:24s} {config:10s} {math.exp(statistics.fmean(map(math.log, values))):.2f}×")

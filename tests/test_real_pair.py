@@ -105,4 +105,13 @@ def test_a_chat_answer_is_the_one_llama_server_jinja_gives(real_pair):
     assert prompt.text == reference["prompt"] and len(prompt.tokens) == reference["prompt_tokens"]
     result = generate(real_pair, question, mode="off", max_tokens=reference["request"]["max_tokens"], temperature=0.0)
     assert result.stats.prompt_tokens == reference["prompt_tokens"]
-    assert result.text == reference["content"]
+    if result.text == reference["content"]:
+        return
+    # Another CPU's kernels may flip a nearly tied argmax: the answers part only where
+    # llama-server's token is, on this machine, the target's choice or a measured near-tie.
+    theirs = real_pair.session.target_ctx.model.tokenize(reference["content"], add_special=False, parse_special=False)
+    part = next(i for i, (a, b) in enumerate(zip(result.tokens, theirs + [-1])) if a != b)
+    assert b"".join(real_pair.session.target_ctx.model.piece(t) for t in theirs).decode() == reference["content"]
+    tolerance = tolerance_from_noise(logit_noise(real_pair.session.target_ctx, prompt.tokens))
+    verdict = judged(real_pair, prompt.tokens, theirs[: part + 1], tolerance)
+    assert not verdict.violations, verdict.to_dict()

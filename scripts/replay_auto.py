@@ -146,6 +146,8 @@ def main() -> None:
     parser.add_argument("--target")
     parser.add_argument("-n", "--max-tokens", type=int, default=128)
     args = parser.parse_args()
+    if args.carry and args.session:
+        parser.error("--carry and --session both go on from answer to answer (a process's cache, one process); pick one")
     if args.record:
         seeds = [int(x) for x in args.seeds.split(",")] if args.temperature > 0 else None
         record(args.answers, args.target, args.max_tokens, args.temperature, seeds)

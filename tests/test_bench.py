@@ -107,7 +107,8 @@ class FakeEngine:
             rows[i, 999] = 4.95
         return rows
 
-    def logit_noise(self, tokens):
+    def logit_noise(self, tokens, tail=8):
+        self.calls.append(("noise", len(tokens), tail))
         return 0.0
 
     def piece(self, token):
@@ -599,6 +600,32 @@ def test_identity_check_reads_past_the_first_divergence_and_counts_violations():
     rows = {(r["category"], r["config"]): r for r in doc["categories"]}
     assert rows[("code", "draft-k2-t0")]["violations"] == 1 and rows[("code", "off-t0")]["violations"] == 0
     assert "1 violations" in "\n".join(summary_lines(doc))
+
+
+class DriftingEngine(NoisyEngine):
+    """The draft run's token at position 5 lies 0.5 below the top: beyond twice the prompt's noise
+    (0.1), within twice the noise measured along the output (0.3)."""
+
+    def output_rows(self, prompt, output):
+        rows = super().output_rows(prompt, output)
+        rows[:, 500] = 4.5
+        return rows
+
+    def logit_noise(self, tokens, tail=8):
+        super().logit_noise(tokens, tail)
+        return 0.3 if tail > 8 else 0.05
+
+
+def test_a_finding_beyond_the_prompts_noise_is_judged_again_along_its_output():
+    configs = configurations(["draft"], [2], [0.0])
+    engine = DriftingEngine()
+    doc = fake_doc(run_bench(engine, prompts(("a" * 5, "code")), configs, BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=24))))
+    check = doc["correctness"]
+    assert check["violations"] == 0 and check["ties"] == 2
+    assert {(f["kind"], f["position"]) for f in check["findings"]} == {("tie", 2), ("tie", 5)}
+    noise_calls = [c for c in engine.calls if c[0] == "noise"]
+    prompt_len = len(engine.prompt_tokens(prompts(("a" * 5, "code"))[0]))
+    assert noise_calls[1:] == [("noise", prompt_len + 23, 24)]  # once, for the one output with a finding beyond 0.1
 
 
 def test_near_tie_tolerance_follows_the_measured_noise():

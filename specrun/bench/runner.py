@@ -23,7 +23,7 @@ import numpy as np
 from .. import defaults
 from ..engine import identity
 from ..engine.auto.costs import measure as measure_costs
-from ..engine.identity import IdentityCheck, check_rows, rank, tolerance_from_noise
+from ..engine.identity import IdentityCheck, rank, tolerance_from_noise
 from ..engine.sequence import GenerationSettings
 from ..engine.stats import Stats
 from ..engine.verify import SyntheticAcceptance
@@ -217,7 +217,7 @@ class Engine(Protocol):
 
     def output_rows(self, prompt: list[int], output: list[int]) -> np.ndarray: ...
 
-    def logit_noise(self, tokens: list[int]) -> float: ...
+    def logit_noise(self, tokens: list[int], tail: int = identity.NOISE_TAIL) -> float: ...
 
     def piece(self, token: int) -> str: ...
 
@@ -294,7 +294,8 @@ def verify_identity(checks: Sequence[Check], records: Sequence[RunRecord], confi
     at each divergence from plain decoding. Identical outputs are checked once.
 
     The tolerance is twice the measured arithmetic noise (how far a token's logits move between a
-    pass of its own and a batch, on this machine), at least identity.NEAR_TIE_LOGITS."""
+    pass of its own and a batch, on this machine), at least identity.NEAR_TIE_LOGITS: on the
+    prompt's tail, and for an output with a finding beyond that, along the output itself."""
     zero = [i for i, r in enumerate(records) if configs[r.config].temperature == 0 and configs[r.config].synthetic is None]
     if not zero:
         return
@@ -307,13 +308,15 @@ def verify_identity(checks: Sequence[Check], records: Sequence[RunRecord], confi
         if check.position is not None:
             diverged.setdefault(check.plain_record, []).append(check)
     for (p, output), indices in outputs.items():
-        rows = engine.output_rows(list(prompt_tokens[p]), list(output))
-        result = check_rows(rows, output, tolerance)
+        prompt = list(prompt_tokens[p])
+        rows = engine.output_rows(prompt, list(output))
+        result = identity.judge_rows(rows, output, tolerance,
+                                     lambda: engine.logit_noise([*prompt, *output[:-1]], tail=len(output)))
         for i in indices:
             records[i].identity = result
             for check in diverged.pop(i, []):
                 row = rows[check.position] if check.position < len(rows) else None
-                check.detail = divergence_detail(row, check.plain_token, check.spec_token, tolerance)
+                check.detail = divergence_detail(row, check.plain_token, check.spec_token, result.tolerance)
 
 
 def calibration_sizes(configs: Sequence[Config]) -> list[int]:
@@ -444,10 +447,11 @@ class PairEngine:
             self.session.draft_ctx.clear()
         return identity.output_rows(self.session.target_ctx, prompt, output)
 
-    def logit_noise(self, tokens: list[int]) -> float:
-        """How far batching moves the target's top logits here (engine.identity.logit_noise)."""
+    def logit_noise(self, tokens: list[int], tail: int = identity.NOISE_TAIL) -> float:
+        """How far batching moves the target's top logits here, over the last `tail` tokens
+        (engine.identity.logit_noise)."""
         self.session.reset()
-        return identity.logit_noise(self.session.target_ctx, tokens)
+        return identity.logit_noise(self.session.target_ctx, tokens, tail=tail)
 
     def piece(self, token: int) -> str:
         return self.pair.target_model.piece(token).decode("utf-8", "replace")

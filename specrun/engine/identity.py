@@ -6,12 +6,17 @@ and single-token passes use different kernels, so where the top candidates are n
 argmax may flip (a near-tie, reported with the rank and gap of the token chosen). Anything else is
 a violation: a token the target would not have produced. Every position is checked, not only up
 to the first difference from another run, so a bug after a tie cannot hide.
+
+The noise is first measured on the prompt's last tokens. It grows along an output (each cached
+position was itself computed by one kernel or the other, and the differences add up), so an output
+with a finding beyond that tolerance is judged again against the noise measured along the output
+itself: the same tokens decoded one at a time and in one pass, whichever tokens were chosen.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -105,11 +110,12 @@ def output_rows(ctx: Context, prompt: Sequence[int], output: Sequence[int], seq:
         ctx.trim(seq, len(head))
 
 
-def logit_noise(ctx: Context, tokens: Sequence[int], seq: int = 0) -> float:
-    """Largest change of a top-5 logit between a token decoded alone and inside a batch: how far
-    batching moves the target's logits on this machine. The sequence's cache is emptied afterwards."""
+def logit_noise(ctx: Context, tokens: Sequence[int], seq: int = 0, tail: int = NOISE_TAIL) -> float:
+    """Largest change of a top-5 logit between a token decoded alone and inside a batch, over the
+    last `tail` tokens: how far batching moves the target's logits on this machine. The sequence's
+    cache is emptied afterwards."""
     tokens = list(tokens)
-    tail = tokens[-NOISE_TAIL:] if len(tokens) > NOISE_TAIL else tokens[1:]
+    tail = tokens[-tail:] if len(tokens) > tail else tokens[1:]
     if not tail:
         return 0.0
     ctx.clear(seq)
@@ -135,6 +141,25 @@ def tolerance_from_noise(noise: float) -> float:
     return max(NEAR_TIE_LOGITS, 2.0 * noise)
 
 
+def output_noise(ctx: Context, prompt: Sequence[int], output: Sequence[int], seq: int = 0) -> float:
+    """logit_noise over the rows that predict `output`'s tokens (empties the sequence's cache)."""
+    if not output:
+        return 0.0
+    return logit_noise(ctx, [*prompt, *output[:-1]], seq, tail=len(output))
+
+
+def judge_rows(rows: np.ndarray, output: Sequence[int], tolerance: float, noise_along: Callable[[], float]) -> IdentityCheck:
+    """check_rows, and where that finds a violation, again at the tolerance of `noise_along()`
+    (the noise measured along this output, when it exceeds the first)."""
+    result = check_rows(rows, output, tolerance)
+    if result.violations:
+        wider = tolerance_from_noise(noise_along())
+        if wider > tolerance:
+            result = check_rows(rows, output, wider)
+    return result
+
+
 def check_output(ctx: Context, prompt: Sequence[int], output: Sequence[int], tolerance: float, seq: int = 0) -> IdentityCheck:
     """One greedy output against the target's own logits (see module docstring)."""
-    return check_rows(output_rows(ctx, prompt, output, seq), output, tolerance)
+    rows = output_rows(ctx, prompt, output, seq)
+    return judge_rows(rows, output, tolerance, lambda: output_noise(ctx, prompt, output, seq))

@@ -289,7 +289,7 @@ def test_draining_lets_active_requests_finish_within_the_grace(pair):
     with served(pair, gate=gate, costs=FLAT_COSTS, parallel=1) as running:
         worker = running.service.worker
         results: dict[str, httpx.Response] = {}
-        body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 12}
+        body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 12, "temperature": 0}  # greedy: no sampled end token
         thread = threading.Thread(target=lambda: results.__setitem__("answer", post(running.url, body)))
         thread.start()
         assert worker.wait_for(lambda: len(worker.requests()) == 1, WAIT)

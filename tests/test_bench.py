@@ -107,8 +107,12 @@ class FakeEngine:
             rows[i, 999] = 4.95
         return rows
 
-    def logit_noise(self, tokens, tail=8):
-        self.calls.append(("noise", len(tokens), tail))
+    def logit_noise(self, tokens):
+        self.calls.append(("noise", len(tokens)))
+        return 0.0
+
+    def output_noise(self, prompt, output):
+        self.calls.append(("output noise", len(prompt), len(output)))
         return 0.0
 
     def piece(self, token):
@@ -567,6 +571,8 @@ def test_pair_engine_calibrates_and_runs_from_empty_caches(tiny_target, tiny_dra
         assert pair.session.target_ctx.tokens[0] == tokens[:-1]  # the prompt's prefill stays for the next output
         noise = engine.logit_noise(tokens)
         assert 0.0 <= noise < 0.5 and pair.session.target_ctx.tokens[0] == []
+        along = engine.output_noise(tokens, plain[0])
+        assert 0.0 <= along < 0.5 and pair.session.target_ctx.tokens[0] == []
     finally:
         pair.close()
 
@@ -587,10 +593,14 @@ class NoisyEngine(FakeEngine):
         return rows
 
 
-def test_identity_check_reads_past_the_first_divergence_and_counts_violations():
+def judged_draft_run(engine: FakeEngine) -> dict:
+    """The bench document of one greedy draft run beside plain on one prompt, 24 tokens."""
     configs = configurations(["draft"], [2], [0.0])
-    engine = NoisyEngine()
-    doc = fake_doc(run_bench(engine, prompts(("a" * 5, "code")), configs, BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=24))))
+    return fake_doc(run_bench(engine, prompts(("a" * 5, "code")), configs, BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=24))))
+
+
+def test_identity_check_reads_past_the_first_divergence_and_counts_violations():
+    doc = judged_draft_run(NoisyEngine())
     check = doc["correctness"]
     assert check["violations"] == 1 and check["ties"] == 1
     kinds = {(f["kind"], f["position"], f["chosen"]["token"]) for f in check["findings"]}
@@ -611,21 +621,22 @@ class DriftingEngine(NoisyEngine):
         rows[:, 500] = 4.5
         return rows
 
-    def logit_noise(self, tokens, tail=8):
-        super().logit_noise(tokens, tail)
-        return 0.3 if tail > 8 else 0.05
+    def logit_noise(self, tokens):
+        super().logit_noise(tokens)
+        return 0.05
+
+    def output_noise(self, prompt, output):
+        super().output_noise(prompt, output)
+        return 0.3
 
 
 def test_a_finding_beyond_the_prompts_noise_is_judged_again_along_its_output():
-    configs = configurations(["draft"], [2], [0.0])
     engine = DriftingEngine()
-    doc = fake_doc(run_bench(engine, prompts(("a" * 5, "code")), configs, BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=24))))
-    check = doc["correctness"]
+    check = judged_draft_run(engine)["correctness"]
     assert check["violations"] == 0 and check["ties"] == 2
     assert {(f["kind"], f["position"]) for f in check["findings"]} == {("tie", 2), ("tie", 5)}
-    noise_calls = [c for c in engine.calls if c[0] == "noise"]
     prompt_len = len(engine.prompt_tokens(prompts(("a" * 5, "code"))[0]))
-    assert noise_calls[1:] == [("noise", prompt_len + 23, 24)]  # once, for the one output with a finding beyond 0.1
+    assert [c for c in engine.calls if c[0] == "output noise"] == [("output noise", prompt_len, 24)]  # once: one output has a finding beyond 0.1
 
 
 def test_near_tie_tolerance_follows_the_measured_noise():

@@ -217,7 +217,9 @@ class Engine(Protocol):
 
     def output_rows(self, prompt: list[int], output: list[int]) -> np.ndarray: ...
 
-    def logit_noise(self, tokens: list[int], tail: int = identity.NOISE_TAIL) -> float: ...
+    def logit_noise(self, tokens: list[int]) -> float: ...
+
+    def output_noise(self, prompt: list[int], output: list[int]) -> float: ...
 
     def piece(self, token: int) -> str: ...
 
@@ -310,8 +312,7 @@ def verify_identity(checks: Sequence[Check], records: Sequence[RunRecord], confi
     for (p, output), indices in outputs.items():
         prompt = list(prompt_tokens[p])
         rows = engine.output_rows(prompt, list(output))
-        result = identity.judge_rows(rows, output, tolerance,
-                                     lambda: engine.logit_noise([*prompt, *output[:-1]], tail=len(output)))
+        result = identity.judge_rows(rows, output, tolerance, lambda: engine.output_noise(prompt, list(output)))
         for i in indices:
             records[i].identity = result
             for check in diverged.pop(i, []):
@@ -447,11 +448,16 @@ class PairEngine:
             self.session.draft_ctx.clear()
         return identity.output_rows(self.session.target_ctx, prompt, output)
 
-    def logit_noise(self, tokens: list[int], tail: int = identity.NOISE_TAIL) -> float:
-        """How far batching moves the target's top logits here, over the last `tail` tokens
+    def logit_noise(self, tokens: list[int]) -> float:
+        """How far batching moves the target's top logits here, on the tail of `tokens`
         (engine.identity.logit_noise)."""
         self.session.reset()
-        return identity.logit_noise(self.session.target_ctx, tokens, tail=tail)
+        return identity.logit_noise(self.session.target_ctx, tokens)
+
+    def output_noise(self, prompt: list[int], output: list[int]) -> float:
+        """The same noise along the rows that predict `output` (engine.identity.output_noise)."""
+        self.session.reset()
+        return identity.output_noise(self.session.target_ctx, prompt, output)
 
     def piece(self, token: int) -> str:
         return self.pair.target_model.piece(token).decode("utf-8", "replace")

@@ -65,6 +65,18 @@ def test_profile_matches_the_formula_and_the_costs():
     assert c.plain_rate() == pytest.approx(1 / CPU.verify(1))
 
 
+
+def test_profiles_and_ceilings_follow_the_costs_each_observation_brings():
+    c = Controller(["draft"], 4)
+    c.seed({1: 0.030, 2: 0.050, 4: 0.090, 8: 0.160}, {"draft": 0.010})
+    before_profile, before_ceiling = c.profile("draft")[2][1], c.ceiling("draft")
+    for _ in range(30):  # verifying turns out twice as slow as calibrated, at every size
+        c.observe([], rows=4, verify_s=0.180)
+        c.observe([], rows=1, verify_s=0.060)
+    assert c.profile("draft")[2][1] > 1.5 * before_profile
+    assert c.ceiling("draft") < 0.75 * before_ceiling
+
+
 # -- decisions ----------------------------------------------------------------------------------
 
 

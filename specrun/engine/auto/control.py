@@ -148,6 +148,7 @@ class Controller:
         self.probe_every: dict[str, int] = {}  # per drafter: steps between probes while it is not used
         self.next_probe: dict[str, int] = {}
         self._profiles: dict[str, list[tuple[float, float]] | None] = {}  # until the next observation
+        self._verify_rows: list[float] | None = None  # verify(n) for n = 0..k_max + 1, likewise
         for name in drafter_names:
             self._track(name)
         self.steps = 0
@@ -169,7 +170,7 @@ class Controller:
             self._track(name)
             self.passes[name] = CalibratedCurve(passes if isinstance(passes, dict) else {1: passes}, decay=self.cost_decay)
         self.drift = CostDrift(verify_s) if verify_s else None
-        self._profiles.clear()
+        self._forget_derived()
         # Judged once, from one consistent calibration: later plain steps run at longer contexts
         # than the calibration's larger batches and would make the comparison drift.
         self.ruled_out = {name for name in self.passes if self.hopeless(name)}
@@ -184,8 +185,28 @@ class Controller:
         for name, curve in self.passes.items():
             if self.tracks[name].steps == 0 and curve.calibrated:
                 curve.rebase(factor)
-        self._profiles.clear()
+        self._forget_derived()
         self.ruled_out = {name for name in self.passes if self.tracks[name].steps == 0 and self.hopeless(name)}
+
+    def _forget_derived(self) -> None:
+        """Costs or estimates changed: what was computed from them is computed again when asked.
+        A step weighs every K of every drafter, so it reads the curves once per observation."""
+        self._profiles.clear()
+        self._verify_rows = None
+
+    def _verify_upto(self) -> list[float]:
+        """verify(n) for n = 0..k_max + 1 (0 for none)."""
+        if self._verify_rows is None:
+            self._verify_rows = [0.0] + [self.verify(n) for n in range(1, self.k_max + 2)]
+        return self._verify_rows
+
+    def _draft_costs(self, drafter: str) -> list[float]:
+        """draft_seconds(drafter, m) for m = 0..k_max."""
+        curve = self.passes.get(drafter)
+        if curve:
+            one = curve(1)
+            return [m * one for m in range(self.k_max + 1)]
+        return [self.draft_seconds(drafter, m) for m in range(self.k_max + 1)]
 
     def _track(self, name: str) -> DrafterEstimates:
         if name not in self.tracks:
@@ -234,7 +255,8 @@ class Controller:
             return None
         accept = track.accept.survival()
         reach = [1.0] + track.length.survival()
-        cost = [self.draft_seconds(drafter, m) + self.verify(m + 1) for m in range(self.k_max + 1)]
+        verify, draft = self._verify_upto(), self._draft_costs(drafter)
+        cost = [draft[m] + verify[m + 1] for m in range(self.k_max + 1)]
         out, tokens, shorter = [], 1.0, 0.0
         for k in range(1, self.k_max + 1):
             tokens += accept[k - 1]
@@ -260,7 +282,8 @@ class Controller:
         measured yet). Below plain decoding's rate, no acceptance rate can make it pay."""
         if drafter not in self.tracks or not self._known(drafter) or not self.verify:
             return None
-        return max((k + 1) / max(self.draft_seconds(drafter, k) + self.verify(k + 1), 1e-12) for k in range(1, self.k_max + 1))
+        verify, draft = self._verify_upto(), self._draft_costs(drafter)
+        return max((k + 1) / max(draft[k] + verify[k + 1], 1e-12) for k in range(1, self.k_max + 1))
 
     def hopeless(self, drafter: str) -> bool:
         """Measured costs say the drafter cannot beat plain decoding by HOPE_MARGIN even if every
@@ -441,7 +464,7 @@ class Controller:
         rows shared it and it says nothing of decoding's cost), the seconds drafting took in all,
         and each drafter's passes (rows, seconds)."""
         self.steps += 1
-        self._profiles.clear()
+        self._forget_derived()
         if rows is not None:
             self.verify.add(rows, verify_s)
             if self.drift is not None:
@@ -512,7 +535,7 @@ class Controller:
             if name in self.tracks and isinstance(state, dict):
                 self.tracks[name].accept.restore(state.get("accept", {}), LEARNED_WEIGHT)
                 self.tracks[name].length.restore(state.get("length", {}), LEARNED_WEIGHT)
-        self._profiles.clear()
+        self._forget_derived()
 
     def label(self) -> str:
         """A status-line label such as "auto: ngram K=6"."""

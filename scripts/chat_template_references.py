@@ -46,13 +46,19 @@ def tokenizer():
 
 def cases(source: str, entry: dict, data: dict) -> list[dict]:
     out = []
-    for name, messages in data["conversations"].items():
+    for name in data["conversations"]:
         with_tools = name == "tool_call"
         if with_tools and "tools" not in source:
             continue
         for variables in entry.get("variables", entry.get("variants", [{}])):
-            out.append({"conversation": name, "variables": variables, "tools": with_tools,
-                        "add_generation_prompt": name != "ends_with_assistant"})
+            out.append(
+                {
+                    "conversation": name,
+                    "variables": variables,
+                    "tools": with_tools,
+                    "add_generation_prompt": name != "ends_with_assistant",
+                }
+            )
     return out
 
 
@@ -61,9 +67,16 @@ def render(tok, source: str, entry: dict, case: dict, data: dict) -> dict:
 
     messages = data["conversations"][case["conversation"]]
     try:
-        text = tok.apply_chat_template(messages, tools=data["tools"] if case["tools"] else None, tokenize=False,
-                                       add_generation_prompt=case["add_generation_prompt"], chat_template=source,
-                                       bos_token=entry["bos_token"], eos_token=entry["eos_token"], **case["variables"])
+        text = tok.apply_chat_template(
+            messages,
+            tools=data["tools"] if case["tools"] else None,
+            tokenize=False,
+            add_generation_prompt=case["add_generation_prompt"],
+            chat_template=source,
+            bos_token=entry["bos_token"],
+            eos_token=entry["eos_token"],
+            **case["variables"],
+        )
         return {**case, "rendered": text}
     except jinja2.exceptions.TemplateError as error:
         raised = type(error) is jinja2.exceptions.TemplateError  # raise_exception() raises exactly this type
@@ -84,8 +97,13 @@ def main() -> int:
     for name, entry in manifest.items():
         source = (HERE / "templates" / f"{name}.jinja").read_text(encoding="utf-8")
         rendered = [render(tok, source, entry, case, data) for case in cases(source, entry, data)]
-        document = {"template": f"{name}.jinja", "bos_token": entry["bos_token"], "eos_token": entry["eos_token"],
-                    "transformers": transformers.__version__, "cases": rendered}
+        document = {
+            "template": f"{name}.jinja",
+            "bos_token": entry["bos_token"],
+            "eos_token": entry["eos_token"],
+            "transformers": transformers.__version__,
+            "cases": rendered,
+        }
         path = out_dir / f"{name}.json"
         path.write_text(json.dumps(document, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
         errors = sum("error" in c for c in rendered)

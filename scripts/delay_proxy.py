@@ -66,7 +66,11 @@ async def main(listen: str, target: str, delay_ms: float) -> None:
 
     host, port = listen.rsplit(":", 1)
     server = await asyncio.start_server(handle, host, int(port))
-    print(f"delay_proxy: listening at {listen}, forwarding to {target} with {delay_ms:g} ms each way", file=sys.stderr, flush=True)
+    print(
+        f"delay_proxy: listening at {listen}, forwarding to {target} with {delay_ms:g} ms each way",
+        file=sys.stderr,
+        flush=True,
+    )
     async with server:
         await server.serve_forever()
 

@@ -29,7 +29,9 @@ def cell(value: float | None, digits: int = 2, suffix: str = "") -> str:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + ["| " + " | ".join(r) + " |" for r in rows]
+    return ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)] + [
+        "| " + " | ".join(r) + " |" for r in rows
+    ]
 
 
 def load(work: Path, name: str) -> dict | None:
@@ -49,7 +51,11 @@ def stages(work: Path) -> list[str]:
         return []
     rows = [line.split("\t") for line in path.read_text().splitlines() if line.strip()]
     total = sum(int(seconds) for _, seconds in rows)
-    return ["## Time per stage", ""] + table(["stage", "seconds"], [[s, t] for s, t in rows] + [["total", str(total)]]) + [""]
+    return (
+        ["## Time per stage", ""]
+        + table(["stage", "seconds"], [[s, t] for s, t in rows] + [["total", str(total)]])
+        + [""]
+    )
 
 
 def cost_curve(doc: dict) -> list[str]:
@@ -74,17 +80,46 @@ def single_rows(docs: dict[str, dict]) -> list[str]:
                 continue
             steps = row["steps"] or 0
             pass_ms = 1000 * row["verify_time_s"] / steps if steps and row["verify_time_s"] is not None else None
-            rows.append([name.removeprefix("bench-"), pair(doc), row["label"], cell(row["alpha"]), cell(row["speedup"], 2, "×"),
-                         cell(row["predicted_speedup"], 2, "×"),
-                         cell(100 * row["efficiency"], 0, "%") if row["efficiency"] is not None else DASH,
-                         cell(row["mean_tokens_per_step"]), cell(pass_ms), cell(row["host_ms_per_step"]),
-                         cell(row["decode_tokens_per_s"], 1)])
-    headers = ["run", "pair", "configuration", "α", "speedup", "predicted", "efficiency", "tok/step", "pass ms",
-               "host ms/step", "decode tok/s"]
-    return ["## Single requests (all prompts)", "",
+            rows.append(
+                [
+                    name.removeprefix("bench-"),
+                    pair(doc),
+                    row["label"],
+                    cell(row["alpha"]),
+                    cell(row["speedup"], 2, "×"),
+                    cell(row["predicted_speedup"], 2, "×"),
+                    cell(100 * row["efficiency"], 0, "%") if row["efficiency"] is not None else DASH,
+                    cell(row["mean_tokens_per_step"]),
+                    cell(pass_ms),
+                    cell(row["host_ms_per_step"]),
+                    cell(row["decode_tokens_per_s"], 1),
+                ]
+            )
+    headers = [
+        "run",
+        "pair",
+        "configuration",
+        "α",
+        "speedup",
+        "predicted",
+        "efficiency",
+        "tok/step",
+        "pass ms",
+        "host ms/step",
+        "decode tok/s",
+    ]
+    return (
+        [
+            "## Single requests (all prompts)",
+            "",
             "α is the per-token acceptance (synthetic rows: the rate set, as measured); predicted is the cost model "
             "over the steps taken; pass ms is the target pass with verification per step; host ms/step is the time "
-            "outside llama_decode.", ""] + table(headers, rows) + [""]
+            "outside llama_decode.",
+            "",
+        ]
+        + table(headers, rows)
+        + [""]
+    )
 
 
 def auto_choices(docs: dict[str, dict]) -> list[str]:
@@ -101,10 +136,16 @@ def auto_choices(docs: dict[str, dict]) -> list[str]:
                 for key in total:
                     total[key] += counts[key]
         for config, by in picked.items():
-            text = ", ".join(f"{d} {c['steps']} steps ({c['drafted'] / c['steps']:.1f} drafted/step)" if d != "plain"
-                             else f"plain {c['steps']} steps" for d, c in sorted(by.items(), key=lambda i: -i[1]["steps"]))
+            text = ", ".join(
+                f"{d} {c['steps']} steps ({c['drafted'] / c['steps']:.1f} drafted/step)"
+                if d != "plain"
+                else f"plain {c['steps']} steps"
+                for d, c in sorted(by.items(), key=lambda i: -i[1]["steps"])
+            )
             rows.append([name.removeprefix("bench-"), configs[config]["label"], text])
-    return (["## What auto picked", ""] + table(["run", "configuration", "steps by drafter"], rows) + [""]) if rows else []
+    return (
+        (["## What auto picked", ""] + table(["run", "configuration", "steps by drafter"], rows) + [""]) if rows else []
+    )
 
 
 def serve_rows(doc: dict | None) -> list[str]:
@@ -115,9 +156,28 @@ def serve_rows(doc: dict | None) -> list[str]:
     for r in doc["runs"]:
         base = plain.get((r["concurrency"], r["schedule"]))
         speedup = r["throughput_tokens_per_s"] / base if base and r["throughput_tokens_per_s"] else None
-        rows.append([r["mode"], str(r["concurrency"]), r["schedule"], cell(r["throughput_tokens_per_s"], 1), cell(speedup, 2, "×"),
-                     cell(r["decode_tokens_per_s_median"], 1), cell(r["acceptance_rate"]), f"{r['answered']}/{r['requests']}"])
-    headers = ["mode", "concurrency", "schedule", "tok/s", "vs plain", "decode tok/s (median)", "acceptance", "answered"]
+        rows.append(
+            [
+                r["mode"],
+                str(r["concurrency"]),
+                r["schedule"],
+                cell(r["throughput_tokens_per_s"], 1),
+                cell(speedup, 2, "×"),
+                cell(r["decode_tokens_per_s_median"], 1),
+                cell(r["acceptance_rate"]),
+                f"{r['answered']}/{r['requests']}",
+            ]
+        )
+    headers = [
+        "mode",
+        "concurrency",
+        "schedule",
+        "tok/s",
+        "vs plain",
+        "decode tok/s (median)",
+        "acceptance",
+        "answered",
+    ]
     return [f"## Server ({pair(doc)})", ""] + table(headers, rows) + [""]
 
 
@@ -126,9 +186,14 @@ def speedup_plot(doc: dict) -> str | None:
     cal = doc.get("calibration") or {}
     if not cal.get("verify_s"):
         return None
-    costs = costmodel.Costs(cal["plain_decode_s"], {int(k): v for k, v in cal["verify_s"].items()}, cal.get("draft_token_s") or 0.0)
-    points = [(r["draft_max"], r["alpha"], r["speedup"]) for r in doc["categories"]
-              if r["category"] == "all" and r["mode"] == "draft" and r["alpha"] is not None and r["speedup"] is not None]
+    costs = costmodel.Costs(
+        cal["plain_decode_s"], {int(k): v for k, v in cal["verify_s"].items()}, cal.get("draft_token_s") or 0.0
+    )
+    points = [
+        (r["draft_max"], r["alpha"], r["speedup"])
+        for r in doc["categories"]
+        if r["category"] == "all" and r["mode"] == "draft" and r["alpha"] is not None and r["speedup"] is not None
+    ]
     ks = sorted({k for k, _, _ in points})
     if not ks:
         return None
@@ -143,11 +208,13 @@ def speedup_plot(doc: dict) -> str | None:
     def y(s: float) -> float:
         return height - bottom - s / top * (height - bottom - margin)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
-           '<rect width="100%" height="100%" fill="white"/>',
-           f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(1)}" y2="{y(0)}" stroke="black"/>',
-           f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(0)}" y2="{y(top)}" stroke="black"/>',
-           f'<line x1="{x(0)}" y1="{y(1):.1f}" x2="{x(1)}" y2="{y(1):.1f}" stroke="grey" stroke-dasharray="4"/>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
+        '<rect width="100%" height="100%" fill="white"/>',
+        f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(1)}" y2="{y(0)}" stroke="black"/>',
+        f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(0)}" y2="{y(top)}" stroke="black"/>',
+        f'<line x1="{x(0)}" y1="{y(1):.1f}" x2="{x(1)}" y2="{y(1):.1f}" stroke="grey" stroke-dasharray="4"/>',
+    ]
     for tick in range(11):
         out.append(f'<text x="{x(tick / 10):.1f}" y="{y(0) + 15:.1f}" text-anchor="middle">{tick / 10:.1f}</text>')
     step = max(round(top / 6, 1), 0.1)
@@ -155,9 +222,13 @@ def speedup_plot(doc: dict) -> str | None:
     while value <= top:
         out.append(f'<text x="{x(0) - 6:.1f}" y="{y(value) + 4:.1f}" text-anchor="end">{value:.1f}</text>')
         value += step
-    out.append(f'<text x="{(x(0) + x(1)) / 2:.1f}" y="{height - 12}" text-anchor="middle">acceptance α (per token)</text>')
-    out.append(f'<text x="14" y="{(y(0) + y(top)) / 2:.1f}" transform="rotate(-90 14 {(y(0) + y(top)) / 2:.1f})" '
-               'text-anchor="middle">speedup over plain decoding</text>')
+    out.append(
+        f'<text x="{(x(0) + x(1)) / 2:.1f}" y="{height - 12}" text-anchor="middle">acceptance α (per token)</text>'
+    )
+    out.append(
+        f'<text x="14" y="{(y(0) + y(top)) / 2:.1f}" transform="rotate(-90 14 {(y(0) + y(top)) / 2:.1f})" '
+        'text-anchor="middle">speedup over plain decoding</text>'
+    )
     for i, k in enumerate(ks):
         colour = colours[i % len(colours)]
         path = " ".join(f"{x(a):.1f},{y(s):.1f}" for a, s in lines[k])
@@ -165,7 +236,9 @@ def speedup_plot(doc: dict) -> str | None:
         for kk, a, s in points:
             if kk == k:
                 out.append(f'<circle cx="{x(a):.1f}" cy="{y(s):.1f}" r="4" fill="{colour}"/>')
-        out.append(f'<text x="{x(0) + 10}" y="{y(top) + 14 * (i + 1):.1f}" fill="{colour}">K={k}: line the cost model, dots measured</text>')
+        out.append(
+            f'<text x="{x(0) + 10}" y="{y(top) + 14 * (i + 1):.1f}" fill="{colour}">K={k}: line the cost model, dots measured</text>'
+        )
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

@@ -19,7 +19,9 @@ DASH = "—"
 def pair_label(doc: dict) -> str:
     """'target + draft' from the model file names the bench recorded."""
     models = doc.get("environment", {}).get("models", {})
-    names = [Path(models[role].get("name") or models[role]["path"]).stem for role in ("target", "draft") if role in models]
+    names = [
+        Path(models[role].get("name") or models[role]["path"]).stem for role in ("target", "draft") if role in models
+    ]
     return " + ".join(names) or "?"
 
 
@@ -43,9 +45,11 @@ def cost_table(docs: list[tuple[str, dict]]) -> str:
         cal = doc.get("calibration") or {}
         verify = {int(k): v for k, v in cal.get("verify_s", {}).items()}
         draft = cal.get("draft_token_s")
-        rows.append([label, str(cal.get("context_tokens", DASH))]
-                    + [number(verify[n] * 1000 if n in verify else None, 2) for n in sizes]
-                    + [number(draft * 1000 if draft is not None else None, 2)])
+        rows.append(
+            [label, str(cal.get("context_tokens", DASH))]
+            + [number(verify[n] * 1000 if n in verify else None, 2) for n in sizes]
+            + [number(draft * 1000 if draft is not None else None, 2)]
+        )
     return table(["pair", "context"] + [f"batch {n}" for n in sizes] + ["draft/token"], rows)
 
 
@@ -57,8 +61,15 @@ def speed_table(docs: list[tuple[str, dict]]) -> str:
             if row.get("category") != "all":
                 continue
             acceptance = row.get("acceptance_rate")
-            rows.append([label, row["label"], number(row.get("decode_tokens_per_s")), number(row.get("speedup"), 2, "×"),
-                         number(acceptance * 100 if acceptance is not None else None, 0, "%")])
+            rows.append(
+                [
+                    label,
+                    row["label"],
+                    number(row.get("decode_tokens_per_s")),
+                    number(row.get("speedup"), 2, "×"),
+                    number(acceptance * 100 if acceptance is not None else None, 0, "%"),
+                ]
+            )
     return table(["pair", "configuration", "decode tok/s", "speedup", "acceptance"], rows)
 
 
@@ -66,8 +77,11 @@ def summary(paths: list[Path]) -> str:
     """Both tables for the bench documents at `paths`."""
     docs = [(pair_label(doc), doc) for doc in (json.loads(p.read_text()) for p in paths)]
     return (
-        "Cost of a target pass by batch size and of one draft token (ms):\n\n" + cost_table(docs)
-        + "\n\nDecode speed over all prompts:\n\n" + speed_table(docs) + "\n"
+        "Cost of a target pass by batch size and of one draft token (ms):\n\n"
+        + cost_table(docs)
+        + "\n\nDecode speed over all prompts:\n\n"
+        + speed_table(docs)
+        + "\n"
     )
 
 

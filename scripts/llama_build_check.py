@@ -41,8 +41,10 @@ try:
     libggml.ggml_backend_reg_get.restype = ctypes.c_void_p
     libggml.ggml_backend_reg_name.argtypes = [ctypes.c_void_p]
     libggml.ggml_backend_reg_name.restype = ctypes.c_char_p
-    names = {libggml.ggml_backend_reg_name(libggml.ggml_backend_reg_get(i)).decode()
-             for i in range(libggml.ggml_backend_reg_count())}
+    names = {
+        libggml.ggml_backend_reg_name(libggml.ggml_backend_reg_get(i)).decode()
+        for i in range(libggml.ggml_backend_reg_count())
+    }
 except (ImportError, AttributeError, OSError):
     names = set(re.findall(r"(\w+) : ", info))  # the backends that list features (Vulkan does not)
 wanted = {"cpu": "CPU", "cuda": "CUDA", "hip": "ROCm", "metal": "MTL", "vulkan": "Vulkan"}[backend]

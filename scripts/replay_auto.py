@@ -47,8 +47,15 @@ def policy(curve: CostCurve, mode: str, k: int) -> tuple[Controller | None, Prom
     return controller, PromptLookup(1, 8, k_max=k)
 
 
-def replay(prompt: list[int], output: list[int], curve: CostCurve, mode: str, k: int, learned: dict | None = None,
-           state: tuple[Controller | None, PromptLookup] | None = None) -> tuple[float, dict]:
+def replay(
+    prompt: list[int],
+    output: list[int],
+    curve: CostCurve,
+    mode: str,
+    k: int,
+    learned: dict | None = None,
+    state: tuple[Controller | None, PromptLookup] | None = None,
+) -> tuple[float, dict]:
     """Seconds the policy takes to produce `output` after its first token, and step counts. With
     `learned` (auto only), the run starts from what an earlier process kept, and leaves there what
     it learned, as one-shot runs do through specrun's cache. With `state`, it goes on with that
@@ -69,13 +76,19 @@ def replay(prompt: list[int], output: list[int], curve: CostCurve, mode: str, k:
         else:
             draft = proposal.tokens
         accepted = 0
-        while accepted < len(draft) and position + accepted < len(output) and draft[accepted] == output[position + accepted]:
+        while (
+            accepted < len(draft)
+            and position + accepted < len(output)
+            and draft[accepted] == output[position + accepted]
+        ):
             accepted += 1
         t_verify, t_draft = curve(len(draft) + 1), LOOKUP_SECONDS
         if draft:
             lookup.feedback(len(draft), accepted)
         if controller is not None:
-            controller.observe_step("ngram" if draft else None, len(draft), len(draft), accepted, t_draft, t_verify, len(draft) + 1)
+            controller.observe_step(
+                "ngram" if draft else None, len(draft), len(draft), accepted, t_draft, t_verify, len(draft) + 1
+            )
         committed = output[position : position + accepted + 1]
         history += committed
         position += len(committed)
@@ -101,16 +114,31 @@ def record(path: Path, target: str, max_tokens: int, temperature: float = 0.0, s
     for seed in seeds or [None]:
         for prompt in bench_prompts.builtin():
             tokens = pair.prompt_tokens(prompt.prompt, system=prompt.system)
-            result = specrun.generate(pair, prompt.prompt, system=prompt.system, max_tokens=max_tokens,
-                                      temperature=temperature, seed=seed, mode="off")
+            result = specrun.generate(
+                pair,
+                prompt.prompt,
+                system=prompt.system,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                seed=seed,
+                mode="off",
+            )
             key = prompt.id if seed is None else f"{prompt.id}#{seed}"
             answers[key] = {"category": prompt.category, "prompt": tokens, "output": result.tokens}
             print(key, len(result.tokens), file=sys.stderr)
     path.write_text(json.dumps(answers))
 
 
-def replay_all(answers: dict, curve: CostCurve, configs: list[tuple[str, int]], *, carry: bool, max_tokens: int,
-               session: bool = False, orders: int = 1) -> dict[tuple[str, str], list[float]]:
+def replay_all(
+    answers: dict,
+    curve: CostCurve,
+    configs: list[tuple[str, int]],
+    *,
+    carry: bool,
+    max_tokens: int,
+    session: bool = False,
+    orders: int = 1,
+) -> dict[tuple[str, str], list[float]]:
     """Speedups over plain decoding by (category, config), one per answer (per order, in a session)."""
     by_category: dict[tuple[str, str], list[float]] = defaultdict(list)
     for mode, k in configs:
@@ -120,7 +148,7 @@ def replay_all(answers: dict, curve: CostCurve, configs: list[tuple[str, int]], 
                 random.Random(order).shuffle(items)
             state = policy(curve, mode, k) if session else None
             learned: dict | None = {} if carry else None
-            for counted in ((False, True) if session else (True,)):
+            for counted in (False, True) if session else (True,):
                 for pid, item in items:
                     output = item["output"][:max_tokens]
                     seconds, counts = replay(item["prompt"], output, curve, mode, k, learned, state)
@@ -128,18 +156,31 @@ def replay_all(answers: dict, curve: CostCurve, configs: list[tuple[str, int]], 
                         speedup = (len(output) - 1) * curve(1) / seconds
                         by_category[(item["category"], f"{mode}:{k}")].append(speedup)
                         if not session:
-                            print(f"{pid:32s} {mode}:{k} {speedup:.2f}× ({counts['accepted']}/{counts['drafted']}, {counts['steps']} steps)")
+                            print(
+                                f"{pid:32s} {mode}:{k} {speedup:.2f}× ({counts['accepted']}/{counts['drafted']}, {counts['steps']} steps)"
+                            )
     return by_category
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("answers", type=Path)
-    parser.add_argument("--curve", default="1:0.028,2:0.042,3:0.056,4:0.070,5:0.084,8:0.120,9:0.135,15:0.165,16:0.140,17:0.165,31:0.272,32:0.240")
+    parser.add_argument(
+        "--curve",
+        default="1:0.028,2:0.042,3:0.056,4:0.070,5:0.084,8:0.120,9:0.135,15:0.165,16:0.140,17:0.165,31:0.272,32:0.240",
+    )
     parser.add_argument("--configs", default="ngram:4,ngram:15,auto:31")
     parser.add_argument("--record", action="store_true", help="record plain greedy answers into ANSWERS first")
-    parser.add_argument("--carry", action="store_true", help="auto keeps what it learned from answer to answer, as one-shot processes do")
-    parser.add_argument("--session", action="store_true", help="one controller and lookup across every answer, as a bench or chat keeps them")
+    parser.add_argument(
+        "--carry",
+        action="store_true",
+        help="auto keeps what it learned from answer to answer, as one-shot processes do",
+    )
+    parser.add_argument(
+        "--session",
+        action="store_true",
+        help="one controller and lookup across every answer, as a bench or chat keeps them",
+    )
     parser.add_argument("--orders", type=int, default=6, help="with --session: shuffled orders to replay")
     parser.add_argument("--temperature", type=float, default=0.0, help="with --record: sample at this temperature")
     parser.add_argument("--seeds", default="1,2,3", help="with --record and a temperature: the seeds to sample with")
@@ -147,7 +188,9 @@ def main() -> None:
     parser.add_argument("-n", "--max-tokens", type=int, default=128)
     args = parser.parse_args()
     if args.carry and args.session:
-        parser.error("--carry and --session both go on from answer to answer (a process's cache, one process); pick one")
+        parser.error(
+            "--carry and --session both go on from answer to answer (a process's cache, one process); pick one"
+        )
     if args.record:
         seeds = [int(x) for x in args.seeds.split(",")] if args.temperature > 0 else None
         record(args.answers, args.target, args.max_tokens, args.temperature, seeds)
@@ -155,7 +198,9 @@ def main() -> None:
     curve = parse_curve(args.curve)
     answers = json.loads(args.answers.read_text())
     configs = [(mode, int(k)) for mode, k in (item.split(":") for item in args.configs.split(","))]
-    by_category = replay_all(answers, curve, configs, carry=args.carry, max_tokens=args.max_tokens, session=args.session, orders=args.orders)
+    by_category = replay_all(
+        answers, curve, configs, carry=args.carry, max_tokens=args.max_tokens, session=args.session, orders=args.orders
+    )
     print()
     for (category, config), values in sorted(by_category.items()):
         print(f"{category:24s} {config:10s} {math.exp(statistics.fmean(map(math.log, values))):.2f}×")

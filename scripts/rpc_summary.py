@@ -17,7 +17,11 @@ def cell(row: dict | None) -> str:
     if row is None or row.get("decode_tokens_per_s") is None:
         return "—"
     speedup = row.get("speedup")
-    return f"{row['decode_tokens_per_s']:.1f} tok/s ({speedup:.2f}×)" if speedup is not None else f"{row['decode_tokens_per_s']:.1f} tok/s"
+    return (
+        f"{row['decode_tokens_per_s']:.1f} tok/s ({speedup:.2f}×)"
+        if speedup is not None
+        else f"{row['decode_tokens_per_s']:.1f} tok/s"
+    )
 
 
 def summary(documents: list[tuple[str, dict]]) -> str:

@@ -42,13 +42,19 @@ class Shape:
 
 
 SHAPES = {
-    "qwen2.5-7b": Shape(n_embd=3584, n_layer=28, n_head=28, n_head_kv=4, n_ff=18944, n_vocab=152064, tied_embeddings=False),
-    "qwen2.5-0.5b": Shape(n_embd=896, n_layer=24, n_head=14, n_head_kv=2, n_ff=4864, n_vocab=151936, tied_embeddings=True),
+    "qwen2.5-7b": Shape(
+        n_embd=3584, n_layer=28, n_head=28, n_head_kv=4, n_ff=18944, n_vocab=152064, tied_embeddings=False
+    ),
+    "qwen2.5-0.5b": Shape(
+        n_embd=896, n_layer=24, n_head=14, n_head_kv=2, n_ff=4864, n_vocab=151936, tied_embeddings=True
+    ),
     # A rehearsal pair for a CPU: the same layout, small enough that a check runs in minutes.
-    "small-qwen2": Shape(n_embd=512, n_layer=8, n_head=8, n_head_kv=2, n_ff=1536, n_vocab=600, tied_embeddings=False,
-                         context_length=4096),
-    "tiny-qwen2": Shape(n_embd=256, n_layer=2, n_head=2, n_head_kv=1, n_ff=512, n_vocab=600, tied_embeddings=False,
-                        context_length=2048),
+    "small-qwen2": Shape(
+        n_embd=512, n_layer=8, n_head=8, n_head_kv=2, n_ff=1536, n_vocab=600, tied_embeddings=False, context_length=4096
+    ),
+    "tiny-qwen2": Shape(
+        n_embd=256, n_layer=2, n_head=2, n_head_kv=1, n_ff=512, n_vocab=600, tied_embeddings=False, context_length=2048
+    ),
 }
 
 MERGES = ["Ġ t", "h e", "i n", "Ġ a", "e r", "o n", "Ġt he", "r e"]  # llama.cpp's BPE loader needs at least one
@@ -63,7 +69,9 @@ PAYLOAD_STD = {"q8_0": float(np.sqrt((256**2 - 1) / 12)), "q4_0": float(np.sqrt(
 
 def byte_tokens() -> list[str]:
     """GPT-2's printable stand-ins for the 256 byte values, in byte order."""
-    visible = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    visible = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     codes = visible[:]
     extra = 0
     for b in range(256):
@@ -178,7 +186,9 @@ def write_shaped_gguf(path: str | os.PathLike, shape_name: str, qtype: str = "q8
     for name, dims, kind in plan:
         if kind == "matrix":
             byte_shape = (dims[0], dims[1] // block * type_size)
-            writer.add_tensor_info(name, byte_shape, np.dtype(np.uint8), byte_shape[0] * byte_shape[1], raw_dtype=raw_dtype)
+            writer.add_tensor_info(
+                name, byte_shape, np.dtype(np.uint8), byte_shape[0] * byte_shape[1], raw_dtype=raw_dtype
+            )
         else:
             writer.add_tensor_info(name, dims, np.dtype(np.float32), int(np.prod(dims)) * 4)
     writer.write_header_to_file()
@@ -206,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     path = write_shaped_gguf(args.out, args.shape, args.type, args.seed)
     size = path.stat().st_size
-    print(f"shaped_gguf: wrote {path} ({args.shape}, {args.type}, {size / 2**20:,.0f} MiB) in {time.perf_counter() - start:.1f} s",
-          file=sys.stderr)
+    print(
+        f"shaped_gguf: wrote {path} ({args.shape}, {args.type}, {size / 2**20:,.0f} MiB) in {time.perf_counter() - start:.1f} s",
+        file=sys.stderr,
+    )
     return 0
 
 

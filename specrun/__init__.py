@@ -10,8 +10,8 @@ Library use::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 __version__ = "0.1.0"
 
@@ -44,8 +44,9 @@ def settings_from(**options) -> GenerationSettings:
     return GenerationSettings(sampling=sampling, **rest)
 
 
-def _prompt(pair: Pair, prompt: str, chat: bool, system: str | None, think: bool | None,
-            chat_template_kwargs: dict | None) -> tuple[list[int], ReasoningSplitter | None]:
+def _prompt(
+    pair: Pair, prompt: str, chat: bool, system: str | None, think: bool | None, chat_template_kwargs: dict | None
+) -> tuple[list[int], ReasoningSplitter | None]:
     if not isinstance(prompt, str) or not prompt:
         raise InputError("the prompt is empty", "pass some prompt text")
     if not chat:
@@ -55,8 +56,17 @@ def _prompt(pair: Pair, prompt: str, chat: bool, system: str | None, think: bool
     return rendered.tokens, rendered.splitter()
 
 
-def stream(pair: Pair, prompt: str, *, chat: bool = True, system: str | None = None, mode: str | None = None,
-           think: bool | None = None, chat_template_kwargs: dict | None = None, **options) -> Iterator[Step]:
+def stream(
+    pair: Pair,
+    prompt: str,
+    *,
+    chat: bool = True,
+    system: str | None = None,
+    mode: str | None = None,
+    think: bool | None = None,
+    chat_template_kwargs: dict | None = None,
+    **options,
+) -> Iterator[Step]:
     """Yield generation steps for a prompt; each step's `text` can be printed as it comes (a thinking
     model's reasoning and tags included: `split_reasoning` separates them).
 
@@ -70,8 +80,17 @@ def stream(pair: Pair, prompt: str, *, chat: bool = True, system: str | None = N
     return pair.stream(tokens, settings_from(**options), mode=mode)
 
 
-def generate(pair: Pair, prompt: str, *, chat: bool = True, system: str | None = None, mode: str | None = None,
-             think: bool | None = None, chat_template_kwargs: dict | None = None, **options) -> Result:
+def generate(
+    pair: Pair,
+    prompt: str,
+    *,
+    chat: bool = True,
+    system: str | None = None,
+    mode: str | None = None,
+    think: bool | None = None,
+    chat_template_kwargs: dict | None = None,
+    **options,
+) -> Result:
     """Generate a whole answer and return it with its statistics (options as for `stream`)."""
     tokens, splitter = _prompt(pair, prompt, chat, system, think, chat_template_kwargs)
     generation = pair.generation(tokens, settings_from(**options), mode=mode)
@@ -86,5 +105,16 @@ def generate(pair: Pair, prompt: str, *, chat: bool = True, system: str | None =
     return Result(split.content, generated, generation.stats, split.reasoning)
 
 
-__all__ = ["GenerationSettings", "Pair", "PairConfig", "Result", "SamplingParams", "Stats", "Step", "generate", "load_pair",
-           "split_reasoning", "stream"]
+__all__ = [
+    "GenerationSettings",
+    "Pair",
+    "PairConfig",
+    "Result",
+    "SamplingParams",
+    "Stats",
+    "Step",
+    "generate",
+    "load_pair",
+    "split_reasoning",
+    "stream",
+]

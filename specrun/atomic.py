@@ -15,8 +15,8 @@ import json
 import os
 import secrets
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 _TEMP_ATTEMPTS = 100
 

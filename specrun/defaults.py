@@ -65,6 +65,7 @@ def threads() -> int:
     """Physical cores are what llama.cpp scales with; os.cpu_count is the best portable guess."""
     return max(1, os.cpu_count() or 1)
 
+
 # `specrun serve`
 SERVE_HOST = "127.0.0.1"  # loopback: reachable from this machine only unless --host says otherwise
 SERVE_PORT = 8080  # llama.cpp's server uses the same
@@ -73,5 +74,7 @@ SERVE_QUEUE = 64  # requests waiting beyond the busy sequences; more are answere
 SERVE_SCHEDULE = "srpt"  # srpt (shortest predicted remaining time first, with aging) or fcfs
 SERVE_DRAIN_S = 10.0  # on Ctrl-C or SIGTERM, active requests get this long to finish
 SERVE_MAX_BODY = 8 * 1024 * 1024  # bytes of a request body: far more than any context's prompt, as JSON
-SERVE_SPARE_CONNECTIONS = 16  # connections beyond --parallel + --queue (health checks, metrics, clients between requests)
+SERVE_SPARE_CONNECTIONS = (
+    16  # connections beyond --parallel + --queue (health checks, metrics, clients between requests)
+)
 COMPLETION_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI's API defaults

@@ -11,7 +11,8 @@ import contextlib
 import json
 import os
 import sys
-from typing import Callable, Iterator, TextIO
+from collections.abc import Callable, Iterator
+from typing import TextIO
 
 from .engine.stats import Stats
 from .errors import OutputClosed
@@ -89,8 +90,15 @@ class ThinkingStream:
 class Output:
     """Routes text, status, warnings and JSON to the right stream."""
 
-    def __init__(self, *, quiet: bool = False, json_mode: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None,
-                 hide_thinking: bool = False):
+    def __init__(
+        self,
+        *,
+        quiet: bool = False,
+        json_mode: bool = False,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+        hide_thinking: bool = False,
+    ):
         self.out = stdout or sys.stdout
         self.err = stderr or sys.stderr
         self.quiet = quiet
@@ -202,15 +210,23 @@ def progress_display(stream=None, *, unit: str = "bytes", quiet: bool = False) -
         )
         from rich.progress import Progress as Bar
 
-        counts = (DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn()) if unit == "bytes" else (MofNCompleteColumn(), TimeElapsedColumn())
+        counts = (
+            (DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+            if unit == "bytes"
+            else (MofNCompleteColumn(), TimeElapsedColumn())
+        )
         tasks: dict[str, int] = {}
-        with Bar(TextColumn("{task.description}"), BarColumn(), *counts, console=Console(file=stream), transient=True) as bar:
+        with Bar(
+            TextColumn("{task.description}"), BarColumn(), *counts, console=Console(file=stream), transient=True
+        ) as bar:
 
             def update(label: str, done: int, total: int | None, detail: str = "") -> None:
                 key = label if unit == "bytes" else "steps"  # one bar for all of a benchmark's phases
                 if key not in tasks:
                     tasks[key] = bar.add_task(label, total=total)
-                bar.update(tasks[key], completed=done, total=total, description=f"{label}: {detail}" if detail else label)
+                bar.update(
+                    tasks[key], completed=done, total=total, description=f"{label}: {detail}" if detail else label
+                )
 
             yield update
         return
@@ -252,8 +268,12 @@ def status_parts(stats: Stats, elapsed: float, label: str) -> list[tuple[str, st
     parts: list[tuple[str, str | None]] = [(f"{stats.decode_rate_at(elapsed):.1f} tok/s", "bold")]
     if stats.drafted:
         rate = stats.accepted / stats.drafted
-        parts.append((f"accept {100 * rate:.0f}% ({stats.accepted}/{stats.drafted} drafted)",
-                      "green" if rate >= 0.6 else "yellow" if rate >= 0.3 else "red"))
+        parts.append(
+            (
+                f"accept {100 * rate:.0f}% ({stats.accepted}/{stats.drafted} drafted)",
+                "green" if rate >= 0.6 else "yellow" if rate >= 0.3 else "red",
+            )
+        )
     else:
         parts.append(("accept — (0/0 drafted)", None))
     mean = stats.mean_tokens_per_step

@@ -180,8 +180,16 @@ def write_qwen35_gguf(
     writer, n_vocab = _writer(path, "qwen35", name, vocab, chat_template)
     head = n_embd // n_head
     n_rot = head
-    _common(writer, n_layer_all=n_layer + n_nextn, context_length=context_length, n_embd=n_embd, n_ff=n_ff,
-            n_head=n_head, n_head_kv=n_head_kv, n_rot=n_rot)
+    _common(
+        writer,
+        n_layer_all=n_layer + n_nextn,
+        context_length=context_length,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_rot=n_rot,
+    )
     # Multi-axis RoPE sections in rotation pairs, summing to n_rot / 2 (text positions use the first).
     writer.add_rope_dimension_sections([n_rot // 4, n_rot // 8, n_rot // 8, 0])
     writer.add_full_attention_interval(full_attention_interval)
@@ -255,8 +263,16 @@ def write_glm4moe_gguf(
     path = Path(path)
     writer, n_vocab = _writer(path, "glm4moe", name, vocab, chat_template)
     head = n_embd // n_head
-    _common(writer, n_layer_all=n_layer + n_nextn, context_length=context_length, n_embd=n_embd, n_ff=n_ff,
-            n_head=n_head, n_head_kv=n_head_kv, n_rot=head // 2)
+    _common(
+        writer,
+        n_layer_all=n_layer + n_nextn,
+        context_length=context_length,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_rot=head // 2,
+    )
     writer.add_leading_dense_block_count(n_layer)
     writer.add_expert_count(n_expert)
     writer.add_expert_used_count(min(2, n_expert))
@@ -311,8 +327,16 @@ def write_gemma3_gguf(
     path = Path(path)
     writer, n_vocab = _writer(path, "gemma3", name, vocab, chat_template)
     head = n_embd // n_head
-    _common(writer, n_layer_all=n_layer, context_length=context_length, n_embd=n_embd, n_ff=n_ff,
-            n_head=n_head, n_head_kv=n_head_kv, n_rot=head)
+    _common(
+        writer,
+        n_layer_all=n_layer,
+        context_length=context_length,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_rot=head,
+    )
     writer.add_key_length(head)
     writer.add_value_length(head)
     writer.add_sliding_window(sliding_window)
@@ -332,7 +356,9 @@ def _gemma_embeddings(w: _Weights, n_vocab: int, n_embd: int, logit_scale: float
     w.random("output.weight", n_vocab, n_embd, scale=float(logit_scale / np.sqrt(n_embd)))
 
 
-def _gemma_blocks(w: _Weights, n_layer: int, n_embd: int, head: int, n_head: int, n_head_kv: int, n_ff: int, scale: float) -> None:
+def _gemma_blocks(
+    w: _Weights, n_layer: int, n_embd: int, head: int, n_head: int, n_head_kv: int, n_ff: int, scale: float
+) -> None:
     """Gemma 3 and 4 blocks: attention with q/k norms and a norm after it, a gated FFN with a norm after it."""
     for il in range(n_layer):
         _attention(w, il, n_embd, head, n_head, n_head_kv, scale)
@@ -368,8 +394,16 @@ def write_gemma4_gguf(
     path = Path(path)
     writer, n_vocab = _writer(path, "gemma4", name, vocab, chat_template)
     head = n_embd // n_head
-    _common(writer, n_layer_all=n_layer, context_length=context_length, n_embd=n_embd, n_ff=n_ff,
-            n_head=n_head, n_head_kv=n_head_kv, n_rot=head)
+    _common(
+        writer,
+        n_layer_all=n_layer,
+        context_length=context_length,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_rot=head,
+    )
     writer.add_key_length(head)
     writer.add_value_length(head)
     arch = "gemma4"
@@ -409,8 +443,16 @@ def write_gemma4_assistant_gguf(
     writer, n_vocab = _writer(path, "gemma4-assistant", name, vocab, None)
     arch = "gemma4-assistant"
     head = target_embd // 4  # the target's head size: the assistant reads the target's keys and values
-    _common(writer, n_layer_all=n_layer, context_length=context_length, n_embd=n_embd, n_ff=n_ff,
-            n_head=n_head, n_head_kv=2, n_rot=head)
+    _common(
+        writer,
+        n_layer_all=n_layer,
+        context_length=context_length,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=2,
+        n_rot=head,
+    )
     writer.add_uint32(f"{arch}.nextn_predict_layers", n_layer)
     writer.add_uint32(f"{arch}.embedding_length_out", target_embd)
     writer.add_key_length(head)
@@ -464,8 +506,16 @@ def write_step35_gguf(
     path = Path(path)
     writer, n_vocab = _writer(path, "step35", name, vocab, chat_template)
     head = n_embd // n_head
-    _common(writer, n_layer_all=n_layer + n_nextn, context_length=context_length, n_embd=n_embd, n_ff=n_ff,
-            n_head=n_head, n_head_kv=n_head_kv, n_rot=head)
+    _common(
+        writer,
+        n_layer_all=n_layer + n_nextn,
+        context_length=context_length,
+        n_embd=n_embd,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        n_rot=head,
+    )
     writer.add_expert_feed_forward_length(n_ff)
     writer.add_sliding_window(sliding_window)
     writer.add_sliding_window_pattern([il < n_layer and il % 2 == 0 for il in range(n_layer + n_nextn)])

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 CHECKOUT = Path(__file__).resolve().parent.parent  # the specrun whose tests these are
 
 
@@ -21,7 +20,9 @@ def env(**extra: str) -> dict:
     return {**out, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, **extra}
 
 
-def specrun(*args: str, stdin: str | None = None, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def specrun(
+    *args: str, stdin: str | None = None, env: dict | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """`python -m specrun ARGS`; stdin is empty (not a terminal) unless given."""
     return subprocess.run(
         [sys.executable, "-m", "specrun", *map(str, args)],
@@ -44,4 +45,6 @@ def interruptible() -> None:
 
 
 def popen(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "specrun", *map(str, args)], env=_env(), preexec_fn=interruptible, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-m", "specrun", *map(str, args)], env=_env(), preexec_fn=interruptible, **kw
+    )

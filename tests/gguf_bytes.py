@@ -12,8 +12,19 @@ from __future__ import annotations
 import struct
 
 UINT8, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 = range(13)
-SCALAR_FORMATS = {UINT8: "<B", INT8: "<b", UINT16: "<H", INT16: "<h", UINT32: "<I", INT32: "<i", FLOAT32: "<f",
-                  BOOL: "<?", UINT64: "<Q", INT64: "<q", FLOAT64: "<d"}
+SCALAR_FORMATS = {
+    UINT8: "<B",
+    INT8: "<b",
+    UINT16: "<H",
+    INT16: "<h",
+    UINT32: "<I",
+    INT32: "<i",
+    FLOAT32: "<f",
+    BOOL: "<?",
+    UINT64: "<Q",
+    INT64: "<q",
+    FLOAT64: "<d",
+}
 F32 = 0  # the ggml type of a float32 tensor
 
 
@@ -54,16 +65,36 @@ def nested_array(key: str, depth: int) -> bytes:
     return kv(key, ARRAY, (u32(ARRAY) + u64(1)) * depth + u32(UINT32) + u64(0))
 
 
-def tensor(name: str, dims: list[int] | tuple[int, ...], kind: int = F32, offset: int = 0, n_dims: int | None = None) -> bytes:
+def tensor(
+    name: str, dims: list[int] | tuple[int, ...], kind: int = F32, offset: int = 0, n_dims: int | None = None
+) -> bytes:
     """A tensor description; `n_dims` overrides the declared dimension count."""
-    return string(name) + u32(len(dims) if n_dims is None else n_dims) + b"".join(u64(d) for d in dims) + u32(kind) + u64(offset)
+    return (
+        string(name)
+        + u32(len(dims) if n_dims is None else n_dims)
+        + b"".join(u64(d) for d in dims)
+        + u32(kind)
+        + u64(offset)
+    )
 
 
-def header(kvs: list[bytes], tensors: list[bytes] = (), *, version: int = 3, n_kv: int | None = None,
-           n_tensors: int | None = None) -> bytes:
+def header(
+    kvs: list[bytes],
+    tensors: list[bytes] = (),
+    *,
+    version: int = 3,
+    n_kv: int | None = None,
+    n_tensors: int | None = None,
+) -> bytes:
     """Magic, version, counts (as given, or the true ones), the entries and the tensor table."""
-    return (b"GGUF" + u32(version) + u64(len(tensors) if n_tensors is None else n_tensors)
-            + u64(len(kvs) if n_kv is None else n_kv) + b"".join(kvs) + b"".join(tensors))
+    return (
+        b"GGUF"
+        + u32(version)
+        + u64(len(tensors) if n_tensors is None else n_tensors)
+        + u64(len(kvs) if n_kv is None else n_kv)
+        + b"".join(kvs)
+        + b"".join(tensors)
+    )
 
 
 def model(kvs: list[bytes], tensors: list[tuple[str, tuple[int, ...]]] = (), alignment: int = 32, **counts) -> bytes:
@@ -81,7 +112,9 @@ def model(kvs: list[bytes], tensors: list[tuple[str, tuple[int, ...]]] = (), ali
     return head + bytes(-len(head) % alignment) + bytes(offset)
 
 
-def minimal_llama(extra: list[bytes] = (), *, block_count: int | None = 1, tensors=(("blk.0.attn_norm.weight", (8,)),)) -> bytes:
+def minimal_llama(
+    extra: list[bytes] = (), *, block_count: int | None = 1, tensors=(("blk.0.attn_norm.weight", (8,)),)
+) -> bytes:
     """A small llama-architecture header with the keys specrun's size arithmetic reads."""
     kvs = [text("general.architecture", "llama")]
     if block_count is not None:

@@ -36,7 +36,7 @@ class Link:
     ns_ip: str
 
     @classmethod
-    def create(cls, tag: int) -> "Link":
+    def create(cls, tag: int) -> Link:
         net = f"10.212.{tag % 250}"
         link = cls(f"specrun-test-{tag}", f"spth{tag % 100000}", f"sptw{tag % 100000}", f"{net}.1", f"{net}.2")
         subprocess.run(["ip", "netns", "add", link.namespace], check=True, capture_output=True)

@@ -50,9 +50,27 @@ def start_worker(directory: Path, *args: str, host: str = "127.0.0.1", namespace
     log = directory / f"worker-{port}.log"
     prefix = ["ip", "netns", "exec", namespace] if namespace else []
     with open(log, "wb") as handle:
-        proc = subprocess.Popen([*prefix, sys.executable, "-m", "specrun", "worker", "--host", host, "--port", str(port), "--threads", "1", *args],
-                                stdout=subprocess.DEVNULL, stderr=handle, stdin=subprocess.DEVNULL, env=cli_env(),
-                                preexec_fn=interruptible)
+        proc = subprocess.Popen(
+            [
+                *prefix,
+                sys.executable,
+                "-m",
+                "specrun",
+                "worker",
+                "--host",
+                host,
+                "--port",
+                str(port),
+                "--threads",
+                "1",
+                *args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=handle,
+            stdin=subprocess.DEVNULL,
+            env=cli_env(),
+            preexec_fn=interruptible,
+        )
     reach = "127.0.0.1" if host == "0.0.0.0" else host
     worker = Worker(proc, f"{reach}:{port}", log)
     deadline = time.monotonic() + 60

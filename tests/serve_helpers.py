@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
 
 from cli_helpers import popen
 
+from specrun.engine.auto.costs import DecodeCosts
 from specrun.engine.sequence import GenerationSettings
 from specrun.runtime.pair import Pair, PairConfig
-from specrun.engine.auto.costs import DecodeCosts
 from specrun.serve.server import BackgroundServer
 from specrun.serve.service import ServeOptions, Service
 
@@ -65,8 +65,15 @@ def load_pair(target: Path, draft: Path | None, ctx_size: int = 512) -> Pair:
 
 
 @contextmanager
-def served(pair: Pair, *, gate: StepGate | None = None, costs: dict | None = None, draft_costs: dict | None = None,
-           host: str = "127.0.0.1", **options) -> Iterator[BackgroundServer]:
+def served(
+    pair: Pair,
+    *,
+    gate: StepGate | None = None,
+    costs: dict | None = None,
+    draft_costs: dict | None = None,
+    host: str = "127.0.0.1",
+    **options,
+) -> Iterator[BackgroundServer]:
     """A running server for `pair` on `host` (ServeOptions fields as keywords; `base` defaults to
     greedy-friendly settings); stopped, with its gate opened, on exit."""
     options.setdefault("base", GenerationSettings())
@@ -88,7 +95,16 @@ def with_temperature(settings: GenerationSettings, temperature: float) -> Genera
 
 def start(*args: str) -> tuple[subprocess.Popen, str, list[str]]:
     """Start `specrun serve ARGS --port 0`; return it, its URL, and the stderr lines before it listened."""
-    process = popen("serve", *args, "--port", "0", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = popen(
+        "serve",
+        *args,
+        "--port",
+        "0",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines = []
     for line in process.stderr:
         lines.append(line)

@@ -7,9 +7,9 @@ models, so a policy can be compared with every fixed configuration in simulated 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Sequence
 
 from specrun.engine.auto.control import Choice, Controller
 from specrun.engine.auto.estimates import CostCurve
@@ -154,8 +154,17 @@ def run_fixed(costs: Costs, text: Text, choice: Choice, n_tokens: int, seed: int
     return env.time
 
 
-def run_auto(costs: Costs, text: Text, n_tokens: int, seed: int, k_max: int = 16, *, hinted: bool = True,
-             drafters: Sequence[str] = AUTO_DRAFTERS, **options) -> tuple[float, Controller]:
+def run_auto(
+    costs: Costs,
+    text: Text,
+    n_tokens: int,
+    seed: int,
+    k_max: int = 16,
+    *,
+    hinted: bool = True,
+    drafters: Sequence[str] = AUTO_DRAFTERS,
+    **options,
+) -> tuple[float, Controller]:
     """Simulated seconds to generate n_tokens with the auto controller, and the controller.
     `hinted`: run prompt lookup before each choice and pass its confidences (the loop's best use)."""
     env = Env(costs, text, n_tokens, seed)
@@ -185,8 +194,14 @@ def compare(costs: Costs, text: Text, n_tokens: int = 800, seeds: range = range(
     auto = tokens / sum(run_auto(costs, text, n_tokens, s)[0] for s in seeds)
     unhinted = tokens / sum(run_auto(costs, text, n_tokens, s, hinted=False)[0] for s in seeds)
     best = max(fixed, key=fixed.get)
-    return {"auto": auto, "unhinted": unhinted, "plain": fixed["plain"], "best": best, "best_rate": fixed[best],
-            "fixed": fixed}
+    return {
+        "auto": auto,
+        "unhinted": unhinted,
+        "plain": fixed["plain"],
+        "best": best,
+        "best_rate": fixed[best],
+        "fixed": fixed,
+    }
 
 
 SCENARIOS = {

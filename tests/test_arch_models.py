@@ -10,12 +10,18 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import pytest
-from arch_models import write_gemma3_gguf, write_gemma4_assistant_gguf, write_gemma4_gguf, write_glm4moe_gguf, write_qwen35_gguf
+from arch_models import (
+    write_gemma3_gguf,
+    write_gemma4_assistant_gguf,
+    write_gemma4_gguf,
+    write_glm4moe_gguf,
+    write_qwen35_gguf,
+)
 from tiny_models import _llama_cpp, greedy_tokens
 
 PROMPT = "the quick brown fox"
@@ -127,11 +133,16 @@ def test_greedy_generation_is_deterministic_and_varied(request, fixture):
 
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_same_vocabulary_as_the_tiny_target(request, tiny_target, fixture):
-    with loaded(tiny_target, vocab_only=True) as (lib, base), loaded(request.getfixturevalue(fixture), vocab_only=True) as (_, model):
+    with (
+        loaded(tiny_target, vocab_only=True) as (lib, base),
+        loaded(request.getfixturevalue(fixture), vocab_only=True) as (_, model),
+    ):
         va, vb = lib.llama_model_get_vocab(base), lib.llama_model_get_vocab(model)
         n = lib.llama_vocab_n_tokens(va)
         assert lib.llama_vocab_n_tokens(vb) == n
-        assert [lib.llama_vocab_get_text(vb, i) for i in range(n)] == [lib.llama_vocab_get_text(va, i) for i in range(n)]
+        assert [lib.llama_vocab_get_text(vb, i) for i in range(n)] == [
+            lib.llama_vocab_get_text(va, i) for i in range(n)
+        ]
         assert (lib.llama_vocab_bos(vb), lib.llama_vocab_eos(vb)) == (lib.llama_vocab_bos(va), lib.llama_vocab_eos(va))
 
 
@@ -157,7 +168,12 @@ def test_hybrid_draft_agrees_with_the_target_part_of_the_time(hybrid_target, hyb
             decode(lib, ctx, tokens, all_logits=True)
             n_vocab = lib.llama_vocab_n_tokens(lib.llama_model_get_vocab(model))
             rows = range(len(tokens) - len(run) - 1, len(tokens) - 1)
-            predictions.append([int(np.argmax(np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, i), shape=(n_vocab,)))) for i in rows])
+            predictions.append(
+                [
+                    int(np.argmax(np.ctypeslib.as_array(lib.llama_get_logits_ith(ctx, i), shape=(n_vocab,))))
+                    for i in rows
+                ]
+            )
     assert predictions[0] == run  # the batch reproduces the target's greedy run
     agreement = np.mean([a == b for a, b in zip(*predictions)])
     assert 0.1 <= agreement <= 0.9, agreement
@@ -228,8 +244,16 @@ def test_hybrid_context_needs_a_ubatch_longer_than_the_snapshots(hybrid_target):
         "print('decoded')\n"
     )
     here = str(Path(__file__).parent)
-    runs = {n: subprocess.run([sys.executable, "-c", script, here, str(hybrid_target), str(n)], capture_output=True, text=True,
-                              timeout=120, env={**os.environ, "GGML_NO_BACKTRACE": "1"}) for n in (5, 6)}
+    runs = {
+        n: subprocess.run(
+            [sys.executable, "-c", script, here, str(hybrid_target), str(n)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "GGML_NO_BACKTRACE": "1"},
+        )
+        for n in (5, 6)
+    }
     assert runs[6].returncode == 0 and "decoded" in runs[6].stdout, runs[6].stderr[-2000:]
     assert runs[5].returncode != 0 and "decoded" not in runs[5].stdout
     assert "n_ubatch > n_keep_tail" in runs[5].stderr
@@ -268,8 +292,11 @@ def test_sliding_window_cut_keeps_a_usable_cache_only_with_its_window(swa_target
     that, though seq_rm says True either way. (llama.cpp's default context has swa_full on.)"""
     assert _llama_cpp().llama_context_default_params().swa_full is True
     tokens = [(37 * i) % 250 + 3 for i in range(300)]  # more than the 256-cell window cache holds
-    with loaded(swa_target) as (lib, model), context(lib, model, n_batch=16, n_ubatch=16, swa_full=False) as ctx, \
-            context(lib, model, swa_full=True) as ref:
+    with (
+        loaded(swa_target) as (lib, model),
+        context(lib, model, n_batch=16, n_ubatch=16, swa_full=False) as ctx,
+        context(lib, model, swa_full=True) as ref,
+    ):
         memory, n_swa = lib.llama_get_memory(ctx), lib.llama_model_n_swa(model)
         for usable in (True, False):
             lib.llama_memory_clear(memory, True)
@@ -363,7 +390,7 @@ def test_a_recurrent_cache_serving_several_sequences_cuts_each_back_exactly(hybr
             for segment, rows in zip(segments, ctx.decode(segments) if segments else []):
                 histories[segment.seq] += segment.tokens
                 ref.clear()
-                want = np.asarray(ref.decode([Segment(0, histories[segment.seq], "all")])[0])[-len(segment.tokens):]
+                want = np.asarray(ref.decode([Segment(0, histories[segment.seq], "all")])[0])[-len(segment.tokens) :]
                 assert np.abs(np.asarray(rows) - want).max() < 0.05, (step, segment.seq)
             for segment in segments:
                 cut = int(rng.integers(0, len(segment.tokens)))
@@ -407,7 +434,9 @@ def head_logits(lib, head, tokens, rows, n_vocab):
         assert lib.llama_process(head, lib.LLAMA_PROCESS_TYPE_DECODE, batch) == 0
     finally:
         lib.llama_batch_ext_free(batch)
-    return np.stack([np.ctypeslib.as_array(lib.llama_get_logits_ith(head, i), shape=(n_vocab,)).copy() for i in range(len(tokens))])
+    return np.stack(
+        [np.ctypeslib.as_array(lib.llama_get_logits_ith(head, i), shape=(n_vocab,)).copy() for i in range(len(tokens))]
+    )
 
 
 @pytest.mark.parametrize("fixture", MTP_FIXTURES)
@@ -430,8 +459,14 @@ def test_mtp_head_drafts_from_the_trunk_hidden_state(request, fixture):
                 tokens = tokenize(lib, model, prompt) + run
                 lib.llama_memory_clear(lib.llama_get_memory(target), True)
                 decode(lib, target, tokens, all_logits=True)
-                want = [int(np.argmax(np.ctypeslib.as_array(lib.llama_get_logits_ith(target, i), shape=(n_vocab,)))) for i in range(len(tokens))]
-                hidden = [np.ctypeslib.as_array(ext.llama_get_embeddings_nextn_ith(target, i), shape=(n_embd,)).copy() for i in range(len(tokens))]
+                want = [
+                    int(np.argmax(np.ctypeslib.as_array(lib.llama_get_logits_ith(target, i), shape=(n_vocab,))))
+                    for i in range(len(tokens))
+                ]
+                hidden = [
+                    np.ctypeslib.as_array(ext.llama_get_embeddings_nextn_ith(target, i), shape=(n_embd,)).copy()
+                    for i in range(len(tokens))
+                ]
                 drafted = head_logits(lib, head, tokens, [zeros] + hidden[:-1], n_vocab)
                 blind = head_logits(lib, head, tokens, [zeros] * len(tokens), n_vocab)
                 assert np.isfinite(drafted).all()
@@ -466,8 +501,10 @@ def test_the_gemma4_assistant_drafts_over_the_target_cache_without_writing_it(ge
             decode(lib, ctx, tokens)
             with context(lib, assistant, swa_full=True, ctx_type=lib.LLAMA_CONTEXT_TYPE_MTP, ctx_other=ctx):
                 assert lib.llama_memory_seq_pos_max(memory, 0) == -1  # made late, it emptied the target's cache
-        with context(lib, target, swa_full=True) as ctx, \
-                context(lib, assistant, swa_full=True, ctx_type=lib.LLAMA_CONTEXT_TYPE_MTP, ctx_other=ctx) as helper:
+        with (
+            context(lib, target, swa_full=True) as ctx,
+            context(lib, assistant, swa_full=True, ctx_type=lib.LLAMA_CONTEXT_TYPE_MTP, ctx_other=ctx) as helper,
+        ):
             memory = lib.llama_get_memory(ctx)
             ext.llama_set_embeddings_nextn(ctx, True, False)
             ext.llama_set_embeddings_nextn(helper, True, True)
@@ -481,11 +518,15 @@ def test_the_gemma4_assistant_drafts_over_the_target_cache_without_writing_it(ge
                 at = lib.llama_batch_ext_add_token(batch, 0, token)
                 row = np.ascontiguousarray(row, dtype=np.float32)
                 assert lib.llama_batch_ext_set_pos(batch, at, (lib.llama_pos * 1)(len(tokens)))
-                assert lib.llama_batch_ext_set_embd_token(batch, at, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width))
+                assert lib.llama_batch_ext_set_embd_token(
+                    batch, at, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width)
+                )
                 lib.llama_batch_ext_set_output_logits(batch, at, True)
                 assert lib.llama_process(helper, lib.LLAMA_PROCESS_TYPE_DECODE, batch) == 0
                 logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(helper, at), shape=(n_vocab,)).copy()
-                return logits, np.ctypeslib.as_array(ext.llama_get_embeddings_nextn_ith(helper, at), shape=(width,)).copy()
+                return logits, np.ctypeslib.as_array(
+                    ext.llama_get_embeddings_nextn_ith(helper, at), shape=(width,)
+                ).copy()
 
             try:
                 depth1, own = draft(first, hidden[-1])

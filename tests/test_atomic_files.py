@@ -135,13 +135,20 @@ def run_two_writers(tmp_path: Path, what: str, count: int) -> None:
     env = cli_env(XDG_CACHE_HOME=str(tmp_path / "cache"))
     go = tmp_path / "go"
     children = [
-        subprocess.Popen([sys.executable, "-c", CHILD, role, str(count), str(tmp_path), str(go), what], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, role, str(count), str(tmp_path), str(go), what],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for role in ("a", "b")
     ]
     deadline = time.monotonic() + 60
     while not all((tmp_path / f"ready-{r}").exists() for r in "ab"):
-        assert time.monotonic() < deadline and all(c.poll() is None for c in children), [c.communicate() for c in children]
+        assert time.monotonic() < deadline and all(c.poll() is None for c in children), [
+            c.communicate() for c in children
+        ]
         time.sleep(0.01)
     go.touch()
     for child in children:

@@ -28,11 +28,23 @@ def pair(tiny_target, tiny_draft):
     loaded.close()
 
 
-def session_for(pair: Pair, mode: str, *, parallel: int = 4, costs: dict | None = None, draft_costs: dict | None = None,
-                idle: int | None = None, k_max: int = 8) -> Session:
+def session_for(
+    pair: Pair,
+    mode: str,
+    *,
+    parallel: int = 4,
+    costs: dict | None = None,
+    draft_costs: dict | None = None,
+    idle: int | None = None,
+    k_max: int = 8,
+) -> Session:
     """A session of `parallel` sequences decoded together and `idle` kept caches (default: as many)."""
-    session = Session(pair.models(), n_seq=parallel + (parallel if idle is None else idle), n_seq_pool=parallel,
-                      costs=costs_of(costs or FLAT_COSTS, draft_costs or FLAT_COSTS))
+    session = Session(
+        pair.models(),
+        n_seq=parallel + (parallel if idle is None else idle),
+        n_seq_pool=parallel,
+        costs=costs_of(costs or FLAT_COSTS, draft_costs or FLAT_COSTS),
+    )
     session.engine.configure(Policy(mode, k_max if mode != "off" else 0, session.controller(k_max)))
     return session
 
@@ -110,7 +122,9 @@ def test_idle_caches_are_dropped_least_recently_used_first_when_cells_run_short(
         outputs = [drive(session, [p], max_tokens=60)[0][0] for p in prompts]
         assert all(out == alone(small, p, 60) for p, out in zip(prompts, outputs))
         kept = [len(t) for t in session.target_ctx.tokens if t]
-        assert session.target_ctx.used() <= session.target_ctx.n_cells and len(kept) < len(prompts)  # the oldest made room
+        assert session.target_ctx.used() <= session.target_ctx.n_cells and len(kept) < len(
+            prompts
+        )  # the oldest made room
         assert session.engine.slots.evictable()  # the latest cache is still there for a follow-up
     finally:
         session.close()
@@ -160,7 +174,9 @@ def test_auto_decodes_plain_when_batch_cost_grows_with_its_size(pair):
 
 
 def test_auto_drafts_when_a_pass_costs_the_same_whatever_its_size(pair):
-    session = session_for(pair, "auto", draft_costs={n: 0.001 for n in FLAT_COSTS})  # a draft pass a tenth of a target one
+    session = session_for(
+        pair, "auto", draft_costs={n: 0.001 for n in FLAT_COSTS}
+    )  # a draft pass a tenth of a target one
     try:
         assert not session.engine.policy.controller.hopeless("draft")  # judged from the seeded costs
         _, reports = drive(session, [prompt(pair, p) for p in PROMPTS])
@@ -179,7 +195,9 @@ def test_the_draft_model_drafts_for_several_sequences_what_it_drafts_for_each_al
     try:
         histories = [target.tokenize(p, add_special=True, parse_special=True) for p in PROMPTS[:3]]
         ks = (5, 3, 1)
-        batched = ModelDrafter(shared).propose([DraftRequest(seq, h, k, GREEDY, make_rng(0)) for seq, (h, k) in enumerate(zip(histories, ks))])
+        batched = ModelDrafter(shared).propose(
+            [DraftRequest(seq, h, k, GREEDY, make_rng(0)) for seq, (h, k) in enumerate(zip(histories, ks))]
+        )
         for seq, (h, k) in enumerate(zip(histories, ks)):
             single.clear()
             expected = ModelDrafter(single).propose([DraftRequest(0, h, k, GREEDY, make_rng(0))]).drafts[0].tokens

@@ -47,10 +47,17 @@ from specrun.errors import EXIT_USAGE, InputError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 FAKE_ENV = {
-    "threads": 2, "gpu_layers": 0, "draft_gpu_layers": 0, "ctx_size": 256, "llama_cpp_system_info": "CPU",
-    "packages": {"specrun": "0"}, "machine": {"cpu": "cpu", "cpu_count": 2, "platform": "p", "python": "3"},
-    "models": {"target": {"name": "t.gguf", "path": "/t.gguf", "size": 1, "sha256": "0" * 64},
-               "draft": {"name": "d.gguf", "path": "/d.gguf", "size": 1, "sha256": "1" * 64}},
+    "threads": 2,
+    "gpu_layers": 0,
+    "draft_gpu_layers": 0,
+    "ctx_size": 256,
+    "llama_cpp_system_info": "CPU",
+    "packages": {"specrun": "0"},
+    "machine": {"cpu": "cpu", "cpu_count": 2, "platform": "p", "python": "3"},
+    "models": {
+        "target": {"name": "t.gguf", "path": "/t.gguf", "size": 1, "sha256": "0" * 64},
+        "draft": {"name": "d.gguf", "path": "/d.gguf", "size": 1, "sha256": "1" * 64},
+    },
 }
 
 
@@ -87,8 +94,12 @@ class FakeEngine:
         queue = self.times.get(config.id)
         decode_s = queue.pop(0) if queue and generation.max_tokens > WARMUP_TOKENS else 1.0
         k = config.draft_max
-        steps = [StepSample(None if config.plain else "draft", k, k, k // 2, 0.001 * k, 0.002) for _ in range(len(out) // 2)]
-        stats = Stats(prompt_tokens=len(tokens), generated_tokens=len(out), time_to_first_token=0.1, total_time=0.1 + decode_s)
+        steps = [
+            StepSample(None if config.plain else "draft", k, k, k // 2, 0.001 * k, 0.002) for _ in range(len(out) // 2)
+        ]
+        stats = Stats(
+            prompt_tokens=len(tokens), generated_tokens=len(out), time_to_first_token=0.1, total_time=0.1 + decode_s
+        )
         for s in steps:
             stats.record_step(s.drafted, s.accepted, s.draft_s, s.verify_s)
         return out, "x" * len(out), stats, steps
@@ -124,8 +135,19 @@ def prompts(*texts_and_categories):
 
 
 def fake_doc(result, settings=None):
-    return document(result, FAKE_ENV, settings or {"runs": result.settings.runs, "max_tokens": result.settings.max_tokens,
-                                                   "seed": 0, "temperatures": [0.0], "ignore_eos": False}, pieces=lambda t: f"<{t}>")
+    return document(
+        result,
+        FAKE_ENV,
+        settings
+        or {
+            "runs": result.settings.runs,
+            "max_tokens": result.settings.max_tokens,
+            "seed": 0,
+            "temperatures": [0.0],
+            "ignore_eos": False,
+        },
+        pieces=lambda t: f"<{t}>",
+    )
 
 
 # ---- scheduling ----------------------------------------------------------------------------------
@@ -142,7 +164,14 @@ def test_schedule_interleaves_configurations_per_prompt_and_reverses_them_every_
 
 def test_configurations_always_include_plain_per_temperature():
     configs = configurations(["draft"], [1, 2, 2], [0.0, 0.8])
-    assert [c.id for c in configs] == ["off-t0", "draft-k1-t0", "draft-k2-t0", "off-t0.8", "draft-k1-t0.8", "draft-k2-t0.8"]
+    assert [c.id for c in configs] == [
+        "off-t0",
+        "draft-k1-t0",
+        "draft-k2-t0",
+        "off-t0.8",
+        "draft-k1-t0.8",
+        "draft-k2-t0.8",
+    ]
     assert configs[0].label() == "plain" and configs[2].label(True) == "draft K=2 T=0"
 
 
@@ -177,7 +206,12 @@ def test_unknown_mode_fails_before_anything_runs():
 def test_prompt_longer_than_the_context_is_refused_up_front():
     engine = FakeEngine()
     with pytest.raises(InputError, match="needs 301 tokens") as caught:
-        run_bench(engine, prompts(("a" * 200, "qa")), configurations(["off"], [1], [0.0]), BenchSettings(base=GenerationSettings(max_tokens=100)))
+        run_bench(
+            engine,
+            prompts(("a" * 200, "qa")),
+            configurations(["off"], [1], [0.0]),
+            BenchSettings(base=GenerationSettings(max_tokens=100)),
+        )
     assert "--ctx-size" in caught.value.hint and engine.calls == []
 
 
@@ -202,7 +236,9 @@ def test_medians_ranges_and_speedups_from_interleaved_runs():
     engine = FakeEngine(times={"off-t0": queue(plain), "draft-k2-t0": queue(spec)})
     ps = prompts(("a" * 5, "code"), ("b" * 6, "qa"))
     configs = configurations(["off", "draft"], [2], [0.0])
-    doc = fake_doc(run_bench(engine, ps, configs, BenchSettings(runs=3, warmup=0, base=GenerationSettings(max_tokens=32))))
+    doc = fake_doc(
+        run_bench(engine, ps, configs, BenchSettings(runs=3, warmup=0, base=GenerationSettings(max_tokens=32)))
+    )
     rows = {(r["prompt_id"], r["config"]): r for r in doc["prompts"]}
     plain0, spec0, spec1 = rows[("code/0", "off-t0")], rows[("code/0", "draft-k2-t0")], rows[("qa/1", "draft-k2-t0")]
     assert plain0["runs"] == 3
@@ -218,7 +254,10 @@ def test_medians_ranges_and_speedups_from_interleaved_runs():
     overall = next(r for r in doc["categories"] if r["category"] == "all" and r["config"] == "draft-k2-t0")
     assert overall["speedup"] == pytest.approx(1.0, rel=1e-3)  # geometric mean of 2 and 0.5
     # extremes over every run: prompt 1 pairs 1/2, 2/4, 2/8 with plain
-    assert (overall["speedup_min"], overall["speedup_max"]) == (pytest.approx(0.25, rel=1e-3), pytest.approx(3.0, rel=1e-3))
+    assert (overall["speedup_min"], overall["speedup_max"]) == (
+        pytest.approx(0.25, rel=1e-3),
+        pytest.approx(3.0, rel=1e-3),
+    )
     assert overall["prompts"] == 2 and overall["level"] == "category"
     assert overall["decode_tokens_per_s"] == pytest.approx((31 + 31 / 4) / 2, abs=0.01)  # median of the prompt medians
     assert overall["decode_tokens_per_s_min"] == pytest.approx(31 / 8, abs=0.01)
@@ -230,7 +269,14 @@ def test_medians_ranges_and_speedups_from_interleaved_runs():
 def test_acceptance_alpha_and_cost_model_in_rows():
     engine = FakeEngine()
     configs = configurations(["off", "draft"], [4], [0.0])
-    doc = fake_doc(run_bench(engine, prompts(("a" * 5, "qa")), configs, BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=32))))
+    doc = fake_doc(
+        run_bench(
+            engine,
+            prompts(("a" * 5, "qa")),
+            configs,
+            BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=32)),
+        )
+    )
     row = next(r for r in doc["categories"] if r["category"] == "qa" and r["mode"] == "draft")
     # every step drafts 4 and accepts 2: acceptance 2/4, α = 2 / 3 judged positions
     assert row["acceptance_rate"] == 0.5
@@ -242,7 +288,9 @@ def test_acceptance_alpha_and_cost_model_in_rows():
     assert row["predicted_speedup"] == pytest.approx(expected, rel=1e-3)
     assert row["efficiency"] == pytest.approx(row["speedup"] / row["predicted_speedup"], rel=1e-3)
     # on a GPU's shape of costs the pass over 5 tokens costs what one does (10 ms)
-    assert row["predicted_gpu_speedup"] == pytest.approx(row["expected_tokens_per_step"] * 0.010 / (4 * 0.002 + 0.010), rel=1e-3)
+    assert row["predicted_gpu_speedup"] == pytest.approx(
+        row["expected_tokens_per_step"] * 0.010 / (4 * 0.002 + 0.010), rel=1e-3
+    )
     plain = next(r for r in doc["categories"] if r["category"] == "qa" and r["mode"] == "off")
     assert plain["predicted_gpu_speedup"] is None
 
@@ -285,7 +333,9 @@ def test_identity_check_reports_a_planted_divergence_with_its_margin():
     ps = prompts(("a" * 5, "code"), ("b" * 6, "qa"))
     engine = FakeEngine(plant={("draft-k2-t0", 6): 3})
     engine.calls_prompt_len = 6
-    doc = fake_doc(run_bench(engine, ps, configs, BenchSettings(runs=2, warmup=0, base=GenerationSettings(max_tokens=24))))
+    doc = fake_doc(
+        run_bench(engine, ps, configs, BenchSettings(runs=2, warmup=0, base=GenerationSettings(max_tokens=24)))
+    )
     check = doc["correctness"]
     assert (check["checked"], check["identical"], check["diverged"]) == (4, 2, 2)
     first = check["divergences"][0]
@@ -298,7 +348,9 @@ def test_identity_check_reports_a_planted_divergence_with_its_margin():
     assert sum(1 for c in engine.calls if c[0] == "rows") == 3  # two plain outputs, one planted
     assert (check["violations"], check["ties"]) == (0, 2)
     ties = [f for f in check["findings"] if f["kind"] == "tie"]
-    assert {(f["prompt_id"], f["position"], f["chosen"]["token"], f["chosen"]["rank"]) for f in ties} == {("qa/1", 3, 999, 2)}
+    assert {(f["prompt_id"], f["position"], f["chosen"]["token"], f["chosen"]["rank"]) for f in ties} == {
+        ("qa/1", 3, 999, 2)
+    }
     rows = {(r["category"], r["config"]): r for r in doc["categories"]}
     assert rows[("qa", "draft-k2-t0")]["identical"] is False
     assert rows[("qa", "draft-k2-t0")]["divergence_position"] == 3
@@ -355,7 +407,11 @@ def test_file_defaults_and_selection(tmp_path):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "long one here"}\n{"prompt": "short", "category": "Code_Edit"}\n{"prompt": "s"}\n')
     ps = bench_prompts.load_file(path)
-    assert [(p.id, p.category) for p in ps] == [("custom/1", "custom"), ("code-edit/1", "code-edit"), ("custom/2", "custom")]
+    assert [(p.id, p.category) for p in ps] == [
+        ("custom/1", "custom"),
+        ("code-edit/1", "code-edit"),
+        ("custom/2", "custom"),
+    ]
     assert [p.prompt for p in bench_prompts.select(ps, None, 1, shortest=True)] == ["s", "short"]
     assert [p.category for p in bench_prompts.select(ps, ["code edit"])] == ["code-edit"]
     with pytest.raises(InputError, match="unknown category 'nope'") as caught:
@@ -369,8 +425,12 @@ def test_contention_and_spread_raise_warnings():
     from specrun.bench.report import noise
 
     engine = FakeEngine(times={"off-t0": [1.0, 2.0]})
-    result = run_bench(engine, prompts(("a" * 5, "qa")), configurations(["off"], [1], [0.0]),
-                       BenchSettings(runs=2, warmup=0, base=GenerationSettings(max_tokens=20)))
+    result = run_bench(
+        engine,
+        prompts(("a" * 5, "qa")),
+        configurations(["off"], [1], [0.0]),
+        BenchSettings(runs=2, warmup=0, base=GenerationSettings(max_tokens=20)),
+    )
     for r in result.records:
         r.stats.llama_decode_time = 1.0  # one second in llama.cpp each
     result.threads, result.measure_s = 2, 3.0
@@ -394,8 +454,14 @@ def test_contention_and_spread_raise_warnings():
 def fake_document():
     configs = configurations(["off", "draft"], [1, 2], [0.0])
     engine = FakeEngine()
-    return fake_doc(run_bench(engine, prompts(("a" * 5, "code"), ("b" * 6, "qa")), configs,
-                              BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=20))))
+    return fake_doc(
+        run_bench(
+            engine,
+            prompts(("a" * 5, "code"), ("b" * 6, "qa")),
+            configs,
+            BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=20)),
+        )
+    )
 
 
 def test_csv_and_markdown_render_every_row(fake_document):
@@ -434,6 +500,7 @@ def test_file_hash_is_computed_once_then_cached(tmp_path):
     assert file_hash(model, cache, hasher) == ("a" * 64, "cache")
     model.write_bytes(b"GGUF" + b"\1" * 100)
     import os
+
     os.utime(model, ns=(1, 1))
     assert file_hash(model, cache, hasher)[1] == "computed" and len(calls) == 2
     record = model.with_name(model.name + ".verified.json")
@@ -451,17 +518,19 @@ def test_write_atomic_leaves_no_temp_file(tmp_path):
 
 # ---- the command on tiny models ------------------------------------------------------------------
 
-LAUNCH = (
-    "import sys\n"
-    "from specrun.cli import app\n"
-    "app.main(sys.argv[1:])\n"
-)
+LAUNCH = "import sys\nfrom specrun.cli import app\napp.main(sys.argv[1:])\n"
 
 
 def bench_cli(*args, tmp_path=None) -> subprocess.CompletedProcess:
     env = cli_env(XDG_CACHE_HOME=str(tmp_path / "cache")) if tmp_path else cli_env()
-    return subprocess.run([sys.executable, "-c", LAUNCH, "bench", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=600, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-c", LAUNCH, "bench", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture
@@ -473,18 +542,56 @@ def small_prompts(tmp_path):
 
 def test_json_document_schema_on_tiny_models(tiny_target, tiny_draft, small_prompts, tmp_path):
     outputs = {name: tmp_path / f"out.{name}" for name in ("csv", "md")}
-    result = bench_cli("--target", tiny_target, "--draft", tiny_draft, "--prompts", small_prompts, "--runs", "2",
-                       "-n", "10", "--draft-max", "2", "--ignore-eos", "--json", "-", "--csv", outputs["csv"],
-                       "--markdown", outputs["md"], tmp_path=tmp_path)
+    result = bench_cli(
+        "--target",
+        tiny_target,
+        "--draft",
+        tiny_draft,
+        "--prompts",
+        small_prompts,
+        "--runs",
+        "2",
+        "-n",
+        "10",
+        "--draft-max",
+        "2",
+        "--ignore-eos",
+        "--json",
+        "-",
+        "--csv",
+        outputs["csv"],
+        "--markdown",
+        outputs["md"],
+        tmp_path=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["schema"] == SCHEMA
-    assert set(doc) == {"schema", "created", "wall_time_s", "settings", "environment", "calibration", "configurations",
-                        "prompt_set", "categories", "prompts", "correctness", "noise", "warnings", "runs"}
+    assert set(doc) == {
+        "schema",
+        "created",
+        "wall_time_s",
+        "settings",
+        "environment",
+        "calibration",
+        "configurations",
+        "prompt_set",
+        "categories",
+        "prompts",
+        "correctness",
+        "noise",
+        "warnings",
+        "runs",
+    }
     assert [c["id"] for c in doc["configurations"]] == ["off-t0", "draft-k2-t0"]
     assert [(r["category"], r["config"]) for r in doc["categories"]] == [
-        ("code", "off-t0"), ("code", "draft-k2-t0"), ("prose", "off-t0"), ("prose", "draft-k2-t0"),
-        ("all", "off-t0"), ("all", "draft-k2-t0")]
+        ("code", "off-t0"),
+        ("code", "draft-k2-t0"),
+        ("prose", "off-t0"),
+        ("prose", "draft-k2-t0"),
+        ("all", "off-t0"),
+        ("all", "draft-k2-t0"),
+    ]
     assert len(doc["prompts"]) == 4 and len(doc["runs"]) == 2 * 2 * 2
     for row in doc["categories"] + doc["prompts"]:
         assert set(row) == set(ROW_FIELDS)
@@ -499,7 +606,9 @@ def test_json_document_schema_on_tiny_models(tiny_target, tiny_draft, small_prom
     assert set(doc["calibration"]["verify_s"]) == {"1", "2", "3"} and doc["calibration"]["draft_token_s"] > 0
     env = doc["environment"]
     assert env["models"]["target"]["sha256"] and env["models"]["draft"]["size"] > 0
-    assert env["threads"] >= 1 and env["gpu_layers"] == 0 and "llama_cpp_system_info" in env and env["packages"]["specrun"]
+    assert (
+        env["threads"] >= 1 and env["gpu_layers"] == 0 and "llama_cpp_system_info" in env and env["packages"]["specrun"]
+    )
     assert all(run["stats"]["generated_tokens"] == 10 for run in doc["runs"])
     assert outputs["csv"].read_text().startswith("level,category,")
     assert "# specrun bench" in outputs["md"].read_text()
@@ -509,8 +618,26 @@ def test_json_document_schema_on_tiny_models(tiny_target, tiny_draft, small_prom
 def test_plot_written_by_the_command(tiny_target, small_prompts, tmp_path):
     pytest.importorskip("matplotlib", reason="the plot extra is not installed")
     png = tmp_path / "plot.png"
-    result = bench_cli("--target", tiny_target, "--draft", tiny_target, "--prompts", small_prompts, "--runs", "1",
-                       "-n", "6", "--draft-max", "1,2", "--warmup", "0", "--quiet", "--plot", png, tmp_path=tmp_path)
+    result = bench_cli(
+        "--target",
+        tiny_target,
+        "--draft",
+        tiny_target,
+        "--prompts",
+        small_prompts,
+        "--runs",
+        "1",
+        "-n",
+        "6",
+        "--draft-max",
+        "1,2",
+        "--warmup",
+        "0",
+        "--quiet",
+        "--plot",
+        png,
+        tmp_path=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert all(line.startswith("warning: ") for line in result.stderr.splitlines())  # --quiet keeps only warnings
     assert png.read_bytes().startswith(PNG_MAGIC)
@@ -541,8 +668,9 @@ def test_bad_prompt_file_is_one_line_with_line_numbers(tmp_path):
 
 
 def test_unknown_mode_and_missing_draft_are_usage_errors(tiny_target, small_prompts, tmp_path):
-    result = bench_cli("--target", tiny_target, "--draft", "none", "--prompts", small_prompts, "--spec", "off,bogus",
-                       tmp_path=tmp_path)
+    result = bench_cli(
+        "--target", tiny_target, "--draft", "none", "--prompts", small_prompts, "--spec", "off,bogus", tmp_path=tmp_path
+    )
     assert result.returncode == EXIT_USAGE and "bogus" in result.stderr
     result = bench_cli("--target", tiny_target, "--draft", "none", "--prompts", small_prompts, tmp_path=tmp_path)
     assert result.returncode == EXIT_USAGE and "needs a draft model" in result.stderr
@@ -596,7 +724,14 @@ class NoisyEngine(FakeEngine):
 def judged_draft_run(engine: FakeEngine) -> dict:
     """The bench document of one greedy draft run beside plain on one prompt, 24 tokens."""
     configs = configurations(["draft"], [2], [0.0])
-    return fake_doc(run_bench(engine, prompts(("a" * 5, "code")), configs, BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=24))))
+    return fake_doc(
+        run_bench(
+            engine,
+            prompts(("a" * 5, "code")),
+            configs,
+            BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=24)),
+        )
+    )
 
 
 def test_identity_check_reads_past_the_first_divergence_and_counts_violations():
@@ -636,7 +771,9 @@ def test_a_finding_beyond_the_prompts_noise_is_judged_again_along_its_output():
     assert check["violations"] == 0 and check["ties"] == 2
     assert {(f["kind"], f["position"]) for f in check["findings"]} == {("tie", 2), ("tie", 5)}
     prompt_len = len(engine.prompt_tokens(prompts(("a" * 5, "code"))[0]))
-    assert [c for c in engine.calls if c[0] == "output noise"] == [("output noise", prompt_len, 24)]  # once: one output has a finding beyond 0.1
+    assert [c for c in engine.calls if c[0] == "output noise"] == [
+        ("output noise", prompt_len, 24)
+    ]  # once: one output has a finding beyond 0.1
 
 
 def test_near_tie_tolerance_follows_the_measured_noise():
@@ -658,7 +795,8 @@ def test_quick_bench_on_the_default_pair(real_pair_paths, tmp_path):
     doc = json.loads(result.stdout)
     categories = list(bench_prompts.CATEGORIES) + ["all"]
     assert [(r["category"], r["config"]) for r in doc["categories"]] == [
-        (c, k) for c in categories for k in ("off-t0", "draft-k4-t0")]
+        (c, k) for c in categories for k in ("off-t0", "draft-k4-t0")
+    ]
     for row in doc["categories"]:
         assert row["speedup"] > 0 and row["decode_tokens_per_s"] > 0
         if row["mode"] == "draft":
@@ -692,8 +830,9 @@ def test_the_table_shows_end_to_end_speedup_beside_decode_speedup(fake_document)
 def test_disturbed_runs_are_flagged(fake_document):
     from specrun.bench.report import disturbed
 
-    record = RunRecord(0, 0, 0, [1], "", Stats(total_time=1.0, prefill_time=0.1, llama_decode_time=0.8, cpu_time=0.5,
-                                                major_faults=3))
+    record = RunRecord(
+        0, 0, 0, [1], "", Stats(total_time=1.0, prefill_time=0.1, llama_decode_time=0.8, cpu_time=0.5, major_faults=3)
+    )
     reasons = disturbed(record, threads=2)
     assert any("3 major page faults" in r for r in reasons) and any("CPU" in r for r in reasons)
     calm = RunRecord(0, 0, 0, [1], "", Stats(total_time=1.0, prefill_time=0.1, llama_decode_time=0.8, cpu_time=1.85))
@@ -706,8 +845,14 @@ def test_the_plot_shares_the_speedup_axis_and_draws_k_as_categories(monkeypatch)
     from matplotlib.figure import Figure
 
     configs = configurations(["off", "draft"], [1, 2, 8], [0.0])
-    doc = fake_doc(run_bench(FakeEngine(), prompts(("a" * 5, "code"), ("b" * 6, "qa")), configs,
-                             BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=20))))
+    doc = fake_doc(
+        run_bench(
+            FakeEngine(),
+            prompts(("a" * 5, "code"), ("b" * 6, "qa")),
+            configs,
+            BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=20)),
+        )
+    )
     code = next(r for r in doc["categories"] if r["category"] == "code" and r["draft_max"] == 8)
     code["speedup"] = 7.5  # one category far above the others: every panel's axis must reach it
     saved: list = []

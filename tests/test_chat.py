@@ -26,7 +26,19 @@ GREEDY = ["--temp", "0", "--ignore-eos"]
 def chat_args(tiny_target, tiny_draft, *extra, spec: str | None = "draft") -> list[str]:
     """One llama.cpp thread: spinning threads on a busy 2-core machine make tiny models crawl."""
     mode = ["--spec", spec] if spec else []
-    return ["-c", LAUNCH, "chat", "--target", str(tiny_target), "--draft", str(tiny_draft), "-t", "1", *mode, *map(str, extra)]
+    return [
+        "-c",
+        LAUNCH,
+        "chat",
+        "--target",
+        str(tiny_target),
+        "--draft",
+        str(tiny_draft),
+        "-t",
+        "1",
+        *mode,
+        *map(str, extra),
+    ]
 
 
 class Terminal:
@@ -79,7 +91,9 @@ class Terminal:
                 self.pos = match.end()
                 return match
             if time.monotonic() > deadline or not self._read(0.2):
-                raise AssertionError(f"{pattern!r} not seen; output after the last match:\n{self.text[self.pos:][-3000:]}")
+                raise AssertionError(
+                    f"{pattern!r} not seen; output after the last match:\n{self.text[self.pos :][-3000:]}"
+                )
 
     def send(self, line: str) -> None:
         os.write(self.fd, line.encode() + b"\r")
@@ -141,7 +155,9 @@ def test_two_turns_with_live_status_and_summaries(terminal, tiny_target, tiny_dr
     assert first.group(1) == "24" and first.group(2) == first.group(3)  # first turn: all of it is new
     screen = term.text
     assert re.search(r"reading \d+ new prompt tokens… · draft K=4", screen)
-    assert re.search(r"[\d.]+ tok/s · accept (\d+%|—) \(\d+/\d+ drafted\) · ([\d.]+|—) tok/step · draft K=4 · \d+ tok", screen)
+    assert re.search(
+        r"[\d.]+ tok/s · accept (\d+%|—) \(\d+/\d+ drafted\) · ([\d.]+|—) tok/step · draft K=4 · \d+ tok", screen
+    )
     term.expect(r"> ")
     term.send("and again")
     second = term.expect(SUMMARY)
@@ -246,7 +262,9 @@ def test_ctrl_c_stops_the_answer_and_keeps_it(terminal, tiny_target, tiny_draft,
 
 
 def run_piped(args: list[str], stdin: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], input=stdin, capture_output=True, text=True, env=cli_env(), timeout=120)
+    return subprocess.run(
+        [sys.executable, *args], input=stdin, capture_output=True, text=True, env=cli_env(), timeout=120
+    )
 
 
 def test_piped_lines_are_turns(tiny_target, tiny_draft):
@@ -255,7 +273,9 @@ def test_piped_lines_are_turns(tiny_target, tiny_draft):
     assert result.returncode == 0, result.stderr
     summaries = [line for line in result.stderr.splitlines() if re.match(r"8 tok · ", line)]
     assert len(summaries) == 3, result.stderr
-    assert re.search(r"auto: \w+ \d+ steps", summaries[0]) and "ngram K=4" in summaries[1] and "spec off" in summaries[2]
+    assert (
+        re.search(r"auto: \w+ \d+ steps", summaries[0]) and "ngram K=4" in summaries[1] and "spec off" in summaries[2]
+    )
     assert "speculation mode: off" in result.stderr and "session: 3 answers" in result.stderr
     assert "\x1b" not in result.stdout + result.stderr and result.stdout.endswith("\n")
 
@@ -286,7 +306,10 @@ def test_a_model_without_a_template_chats_in_chatml_said_once(tmp_path):
     bare = write_tiny_gguf(tmp_path / "bare.gguf", seed=0, chat_template=None)
     result = run_piped(["-c", LAUNCH, "chat", "--target", str(bare), "--draft", "none", "-n", "4"], "hi\nagain\n")
     assert result.returncode == 0, result.stderr
-    assert result.stderr.count("bare.gguf has no chat template in its metadata; formatting the conversation as ChatML") == 1
+    assert (
+        result.stderr.count("bare.gguf has no chat template in its metadata; formatting the conversation as ChatML")
+        == 1
+    )
 
 
 def test_startup_problems_are_one_line(tiny_target, tiny_draft):
@@ -309,8 +332,8 @@ def pair(tiny_target, tiny_draft):
 
 def session(pair, **settings):
     from specrun.chat.session import ChatSession
-    from specrun.engine.sequence import GenerationSettings
     from specrun.engine.sampling import SamplingParams
+    from specrun.engine.sequence import GenerationSettings
 
     options = {"max_tokens": 20, "ignore_eos": True, **settings}
     return ChatSession(pair, GenerationSettings(sampling=SamplingParams(temperature=0), **options), seed=1)
@@ -337,7 +360,11 @@ def test_second_turn_prefills_only_the_new_tokens(pair, monkeypatch, interrupt_f
     decoded = []
     target = pair.session.target_ctx
     original = target.decode
-    monkeypatch.setattr(target, "decode", lambda segments, **kw: decoded.append(sum(len(s.tokens) for s in segments)) or original(segments, **kw))
+    monkeypatch.setattr(
+        target,
+        "decode",
+        lambda segments, **kw: decoded.append(sum(len(s.tokens) for s in segments)) or original(segments, **kw),
+    )
     steps = second.steps()
     next(steps)
     assert decoded[0] == second.prefilled
@@ -417,7 +444,11 @@ def test_reset_keeps_the_earlier_turns_in_the_transcript(pair, tmp_path):
     assert [m["role"] for m in messages] == ["user", "assistant", "reset", "user", "assistant"]
     assert messages[0]["content"] == "before the reset" and messages[3]["content"] == "after the reset"
     markdown = (tmp_path / "all.md").read_text()
-    assert markdown.index("before the reset") < markdown.index("/reset: the conversation started afresh") < markdown.index("after the reset")
+    assert (
+        markdown.index("before the reset")
+        < markdown.index("/reset: the conversation started afresh")
+        < markdown.index("after the reset")
+    )
 
 
 class StopAt:
@@ -449,8 +480,8 @@ def sigint_restored():
 
 
 def test_a_hard_interrupt_clears_the_caches_and_the_chat_goes_on(pair, sigint_restored):
-    from specrun.chat.repl import answer
     from specrun.chat.interrupts import Interrupts
+    from specrun.chat.repl import answer
 
     chat = session(pair)
     display = StopAt(after=3)
@@ -478,8 +509,8 @@ def test_show_drafts_colours_exactly_the_accepted_draft_tokens(pair):
 
 
 def test_the_sigint_handler_is_restored_after_every_answer(pair):
-    from specrun.chat.repl import answer
     from specrun.chat.interrupts import Interrupts
+    from specrun.chat.repl import answer
 
     previous = signal.getsignal(signal.SIGINT)
     chat = session(pair)
@@ -506,10 +537,12 @@ def test_an_answer_ends_at_the_end_of_turn_token_and_the_next_turn_reuses_the_ca
     from conftest import FAMILY_MESSAGE
 
     from specrun.chat.session import ChatSession
-    from specrun.engine.sequence import GenerationSettings
     from specrun.engine.sampling import SamplingParams
+    from specrun.engine.sequence import GenerationSettings
 
-    chat = ChatSession(im_end_pair, GenerationSettings(max_tokens=40, sampling=SamplingParams(temperature=0)), mode=mode, seed=1)
+    chat = ChatSession(
+        im_end_pair, GenerationSettings(max_tokens=40, sampling=SamplingParams(temperature=0)), mode=mode, seed=1
+    )
     turn, answer = run_turn(chat, FAMILY_MESSAGE)
     im_end = im_end_pair.target_model.tokenize("<|im_end|>", add_special=False, parse_special=True)[0]
     assert answer.stats.stop_reason == "eog" and turn.generation.generated[-1] == im_end

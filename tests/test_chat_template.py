@@ -24,13 +24,20 @@ def _cases():
         document = json.loads(path.read_text(encoding="utf-8"))
         for case in document["cases"]:
             variables = ",".join(f"{k}={v}" for k, v in case["variables"].items())
-            yield pytest.param(document, case, id=f"{path.stem}:{case['conversation']}{':' + variables if variables else ''}")
+            yield pytest.param(
+                document, case, id=f"{path.stem}:{case['conversation']}{':' + variables if variables else ''}"
+            )
 
 
 def template_of(document: dict) -> ChatTemplate:
     source = (DATA / "templates" / document["template"]).read_text(encoding="utf-8")
-    return ChatTemplate(source, bos_token=document["bos_token"], eos_token=document["eos_token"], name=document["template"],
-                        now=lambda: CLOCK)
+    return ChatTemplate(
+        source,
+        bos_token=document["bos_token"],
+        eos_token=document["eos_token"],
+        name=document["template"],
+        now=lambda: CLOCK,
+    )
 
 
 def test_every_kept_template_has_references():
@@ -49,7 +56,9 @@ def test_renders_as_transformers_does(document, case):
     tools = CONVERSATIONS["tools"] if case["tools"] else None
 
     def render():
-        return template.render(messages, add_generation_prompt=case["add_generation_prompt"], tools=tools, variables=case["variables"])
+        return template.render(
+            messages, add_generation_prompt=case["add_generation_prompt"], tools=tools, variables=case["variables"]
+        )
 
     if "error" in case:
         with pytest.raises(ChatTemplateError) as raised:
@@ -66,32 +75,45 @@ def test_references_cover_tools_thinking_and_errors():
     cases = [(p.stem, c) for p in REFERENCES for c in json.loads(p.read_text(encoding="utf-8"))["cases"]]
     assert sum(1 for _, c in cases if c["tools"] and "rendered" in c) >= 15
     assert any(c.get("raised") for _, c in cases) and any("error" in c and not c["raised"] for _, c in cases)
-    qwen3 = {json.dumps(c["variables"]): c["rendered"] for n, c in cases if n == "Qwen-Qwen3-0.6B" and c["conversation"] == "user"}
+    qwen3 = {
+        json.dumps(c["variables"]): c["rendered"]
+        for n, c in cases
+        if n == "Qwen-Qwen3-0.6B" and c["conversation"] == "user"
+    }
     assert qwen3['{"enable_thinking": false}'].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    assert qwen3['{"enable_thinking": true}'].endswith("<|im_start|>assistant\n") == qwen3["{}"].endswith("<|im_start|>assistant\n")
+    assert qwen3['{"enable_thinking": true}'].endswith("<|im_start|>assistant\n") == qwen3["{}"].endswith(
+        "<|im_start|>assistant\n"
+    )
     dated = [c["rendered"] for n, c in cases if n == "meta-llama-Llama-3.2-3B-Instruct" and "rendered" in c]
     assert all("Today Date: 14 Mar 2025" in text for text in dated)
 
 
 def test_every_code_point_and_nul_pass_through():
     template = ChatTemplate("{% for m in messages %}[{{ m.content }}]{% endfor %}")
-    content = "a\u0000b\u2028\U0001F327\ufe0f\x7f\x1b\U0010FFFF"
+    content = "a\u0000b\u2028\U0001f327\ufe0f\x7f\x1b\U0010ffff"
     assert template.render([{"role": "user", "content": content}]) == f"[{content}]"
 
 
 def test_tojson_is_plain_json_dumps():
-    template = ChatTemplate("{{ x | tojson }}|{{ x | tojson(indent=2) }}|{{ x | tojson(separators=(',', ':'), sort_keys=true) }}")
+    template = ChatTemplate(
+        "{{ x | tojson }}|{{ x | tojson(indent=2) }}|{{ x | tojson(separators=(',', ':'), sort_keys=true) }}"
+    )
     value = {"b": "<é>&'", "a": [1, 2.5, None, True]}
-    assert template.render([], variables={"x": value}) == "|".join([
-        json.dumps(value, ensure_ascii=False), json.dumps(value, ensure_ascii=False, indent=2),
-        json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)])
+    assert template.render([], variables={"x": value}) == "|".join(
+        [
+            json.dumps(value, ensure_ascii=False),
+            json.dumps(value, ensure_ascii=False, indent=2),
+            json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True),
+        ]
+    )
 
 
 def test_loop_controls_generation_blocks_and_namespace():
     template = ChatTemplate(
         "{% set ns = namespace(n=0) %}{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}"
         "{% if loop.index > 3 %}{% break %}{% endif %}{% generation %}{{ m.content }}{% endgeneration %}"
-        "{% set ns.n = ns.n + 1 %}{% endfor %}={{ ns.n }}")
+        "{% set ns.n = ns.n + 1 %}{% endfor %}={{ ns.n }}"
+    )
     messages = [{"role": "system", "content": "S"}] + [{"role": "user", "content": str(i)} for i in range(5)]
     assert template.render(messages) == "01=2"  # loop.index counts the skipped system message
 
@@ -102,7 +124,9 @@ def test_a_template_that_raises_is_one_line_naming_the_model():
         template.render([{"role": "system", "content": "x"}])
     error = raised.value
     assert isinstance(error, InputError) and error.exit_code == 2
-    assert error.one_line().startswith("the chat template of gemma.gguf refused the conversation: System role not supported (")
+    assert error.one_line().startswith(
+        "the chat template of gemma.gguf refused the conversation: System role not supported ("
+    )
     assert "\n" not in error.one_line()
 
 
@@ -113,12 +137,15 @@ def test_syntax_errors_and_runtime_failures_are_chat_template_errors():
         ChatTemplate("{{ messages[0].content + 1 }}").render([{"role": "user", "content": "x"}])
 
 
-@pytest.mark.parametrize("source", [
-    "{{ ''.__class__.__mro__ }}",
-    "{{ messages.append(1) }}",
-    "{% set ns = namespace(_secret=1) %}",
-    "{{ cycler.__init__.__globals__ }}",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ ''.__class__.__mro__ }}",
+        "{{ messages.append(1) }}",
+        "{% set ns = namespace(_secret=1) %}",
+        "{{ cycler.__init__.__globals__ }}",
+    ],
+)
 def test_the_sandbox_holds(source):
     with pytest.raises(ChatTemplateError):
         ChatTemplate(source).render([{"role": "user", "content": "x"}])
@@ -131,7 +158,9 @@ def test_strftime_now_reads_the_clock():
 
 def test_messages_are_prepared_as_transformers_prepares_them():
     prepared = prepare_messages([{"role": "assistant", "content": "x", "tool_calls": None, "reasoning": "r"}])
-    assert prepared == [{"thinking": "r", "role": "assistant", "content": "x", "reasoning": "r", "reasoning_content": "r"}]
+    assert prepared == [
+        {"thinking": "r", "role": "assistant", "content": "x", "reasoning": "r", "reasoning_content": "r"}
+    ]
     assert list(prepared[0]) == ["thinking", "role", "content", "reasoning", "reasoning_content"]
 
 

@@ -46,14 +46,16 @@ def test_quiet_drops_the_summary(tiny_target):
 
 
 def test_speculative_json_equals_plain_json_text(tiny_target, tiny_draft):
-    spec = run_json(*models(tiny_target, tiny_draft), "-n", "48", *GREEDY, "--spec", "draft", stdin="def fibonacci(n):\n")
+    spec = run_json(
+        *models(tiny_target, tiny_draft), "-n", "48", *GREEDY, "--spec", "draft", stdin="def fibonacci(n):\n"
+    )
     plain = run_json("--target", tiny_target, "--draft", "none", "-n", "48", *GREEDY, stdin="def fibonacci(n):\n")
     assert spec["text"] == plain["text"]
     assert spec["stats"]["drafted"] > 0 and spec["stats"]["acceptance_rate"] is not None
     assert plain["stats"]["drafted"] == 0
 
 
-ODD_CONTENT = "a\u0000b \u2028 \U0001F327\ufe0f \x7f \U0010FFFF é"  # NUL, separators, emoji, DEL, the last code point
+ODD_CONTENT = "a\u0000b \u2028 \U0001f327\ufe0f \x7f \U0010ffff é"  # NUL, separators, emoji, DEL, the last code point
 
 
 def test_nul_and_every_code_point_reach_the_model_through_run_and_chat(tiny_target):
@@ -82,9 +84,19 @@ def test_json_schema(tiny_target, tiny_draft):
     assert set(doc) == {"text", "reasoning_content", "stats", "models", "settings", "placement"}
     assert doc["reasoning_content"] is None  # the tiny models' template has no think tags
     assert set(doc["stats"]) >= {
-        "prompt_tokens", "generated_tokens", "time_to_first_token_s", "decode_tokens_per_s", "total_time_s",
-        "drafted", "accepted", "acceptance_rate", "mean_tokens_per_step", "acceptance_by_position",
-        "draft_time_s", "verify_time_s", "stop_reason",
+        "prompt_tokens",
+        "generated_tokens",
+        "time_to_first_token_s",
+        "decode_tokens_per_s",
+        "total_time_s",
+        "drafted",
+        "accepted",
+        "acceptance_rate",
+        "mean_tokens_per_step",
+        "acceptance_by_position",
+        "draft_time_s",
+        "verify_time_s",
+        "stop_reason",
     }
     assert doc["models"]["target"].endswith("target.gguf") and doc["models"]["draft"].endswith("draft.gguf")
     assert doc["settings"]["seed"] == 3 and doc["settings"]["temperature"] == 0.0
@@ -102,7 +114,20 @@ def test_stdin_and_argument_are_joined(tiny_target):
 
 @pytest.mark.parametrize("mode", ["off", "draft", "ngram", "hybrid"])
 def test_seeded_sampling_is_reproducible_in_fixed_modes(tiny_target, tiny_draft, mode):
-    args = ("x", *models(tiny_target, tiny_draft), "-n", "20", "--temp", "1.0", "--seed", "42", "--raw", "--ignore-eos", "--spec", mode)
+    args = (
+        "x",
+        *models(tiny_target, tiny_draft),
+        "-n",
+        "20",
+        "--temp",
+        "1.0",
+        "--seed",
+        "42",
+        "--raw",
+        "--ignore-eos",
+        "--spec",
+        mode,
+    )
     assert run_json(*args)["text"] == run_json(*args)["text"]
 
 
@@ -127,7 +152,9 @@ def test_ngram_range_reaches_the_lookup_and_the_json(tiny_target):
 
 
 def test_ngram_min_above_max_is_a_usage_error(tiny_target):
-    one_line_error(specrun("run", "x", "--target", tiny_target, "--ngram-min", "5", "--ngram-max", "3"), 2, "--ngram-max")
+    one_line_error(
+        specrun("run", "x", "--target", tiny_target, "--ngram-min", "5", "--ngram-max", "3"), 2, "--ngram-max"
+    )
 
 
 def one_line_error(result, code: int, *words: str) -> None:
@@ -174,8 +201,10 @@ def test_incompatible_pair_exits_3_before_loading_weights(tiny_target, tiny_loss
 
 
 def test_a_template_that_refuses_the_conversation_is_one_line_and_exit_2(tmp_path):
-    template = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
-                "{{ messages[0]['content'] }}")
+    template = (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        "{{ messages[0]['content'] }}"
+    )
     strict = write_tiny_gguf(tmp_path / "strict.gguf", chat_template=template)
     result = specrun("run", "hi", "--system", "be brief", "--target", strict, "--draft", "none", "-n", "2")
     one_line_error(result, 2, "the chat template of strict.gguf refused the conversation: System role not supported")
@@ -196,7 +225,16 @@ LONG = ["--draft", "none", "-n", "6000", "-c", "8192", "--temp", "0", "--raw", "
 
 
 def test_closed_pipe_ends_quietly(tiny_target):
-    proc = popen("run", "hi", "--target", tiny_target, *LONG, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = popen(
+        "run",
+        "hi",
+        "--target",
+        tiny_target,
+        *LONG,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     proc.stdout.read(10)
     proc.stdout.close()  # like `| head -c 10`
     _, err = proc.communicate(timeout=120)
@@ -208,7 +246,16 @@ def test_ctrl_c_flushes_partial_text_and_summary_then_exits_130(tiny_target):
     """The signal is sent while specrun cannot have finished: its stdout pipe is shrunk to one page
     and left unread until nearly full, so the run is blocked writing (or will be within a few
     tokens), far from its 6000 tokens, whatever the timing."""
-    proc = popen("run", "hi", "--target", tiny_target, *LONG, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = popen(
+        "run",
+        "hi",
+        "--target",
+        tiny_target,
+        *LONG,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     reader = proc.stdout.fileno()
     size = fcntl.fcntl(reader, F_SETPIPE_SZ, 4096)
     deadline = time.monotonic() + 60
@@ -221,8 +268,24 @@ def test_ctrl_c_flushes_partial_text_and_summary_then_exits_130(tiny_target):
     assert len(out) > size - 64  # what waited in the pipe, then the text held back, all flushed
     generated = int(re.search(r"(\d+) tok · ", err.decode()).group(1))
     assert generated < 6000
-    plain = subprocess.run([sys.executable, "-m", "specrun", "run", "hi", "--target", str(tiny_target), *LONG[:2], "-n",
-                            str(generated), *LONG[4:]], capture_output=True, env=cli_env(), timeout=120)
+    plain = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specrun",
+            "run",
+            "hi",
+            "--target",
+            str(tiny_target),
+            *LONG[:2],
+            "-n",
+            str(generated),
+            *LONG[4:],
+        ],
+        capture_output=True,
+        env=cli_env(),
+        timeout=120,
+    )
     assert plain.stdout == out  # exactly the text of the tokens generated before the signal, byte for byte
     assert b"Traceback" not in err
 
@@ -239,8 +302,23 @@ def test_live_status_line_on_a_terminal(tiny_target, tiny_draft):
     """With stderr a terminal (stdout piped), a status line with tok/s and acceptance is redrawn."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specrun", "run", "hi", *models(tiny_target, tiny_draft), "-n", "40", *GREEDY, "--spec", "draft"],
-        stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, env=cli_env(),
+        [
+            sys.executable,
+            "-m",
+            "specrun",
+            "run",
+            "hi",
+            *models(tiny_target, tiny_draft),
+            "-n",
+            "40",
+            *GREEDY,
+            "--spec",
+            "draft",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+        env=cli_env(),
     )
     os.close(follower)
     out, _ = proc.communicate(timeout=120)
@@ -265,7 +343,9 @@ def test_a_command_module_that_fails_to_import_is_reported_not_hidden():
     code = "import sys; sys.modules['specrun.cli.chat'] = None; from specrun.cli.app import main; main(['--help'])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=cli_env(), timeout=60)
     assert result.returncode == 1
-    assert "internal error" in result.stderr and "specrun.cli.chat" in result.stderr and "Traceback" not in result.stderr
+    assert (
+        "internal error" in result.stderr and "specrun.cli.chat" in result.stderr and "Traceback" not in result.stderr
+    )
 
 
 def test_draft_max_is_the_cap_in_every_mode_and_auto_says_its_default(tiny_target, tiny_draft):
@@ -280,15 +360,22 @@ def test_draft_max_is_the_cap_in_every_mode_and_auto_says_its_default(tiny_targe
 def test_a_child_started_in_another_folder_runs_this_checkouts_specrun(tmp_path):
     from cli_helpers import CHECKOUT
 
-    result = subprocess.run([sys.executable, "-c", "import specrun; print(specrun.__file__)"], cwd=tmp_path, env=cli_env(),
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", "import specrun; print(specrun.__file__)"],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(CHECKOUT / "specrun" / "__init__.py")
 
 
 @pytest.mark.parametrize("mode", ["off", "draft"])
-def test_ctrl_c_inside_a_step_ends_after_it_so_the_text_printed_is_that_of_the_tokens_counted(tiny_target, tiny_draft,
-                                                                                             monkeypatch, mode):
+def test_ctrl_c_inside_a_step_ends_after_it_so_the_text_printed_is_that_of_the_tokens_counted(
+    tiny_target, tiny_draft, monkeypatch, mode
+):
     """SIGINT arrives while a token is being committed (between its append and its text): the run
     stops after that step, and the text printed is exactly the text of the tokens it reports."""
     import io

@@ -99,7 +99,12 @@ def test_a_server_measures_its_costs_and_decodes_on_one_thread(monkeypatch, tiny
         with served(pair, parallel=2, queue=4, mode="auto", draft_max=4) as server:
             import httpx
 
-            body = {"model": "x", "messages": [{"role": "user", "content": "abc abc"}], "max_tokens": 8, "temperature": 0}
+            body = {
+                "model": "x",
+                "messages": [{"role": "user", "content": "abc abc"}],
+                "max_tokens": 8,
+                "temperature": 0,
+            }
             response = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=WAIT)
             assert response.status_code == 200, response.text
     finally:

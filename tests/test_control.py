@@ -65,7 +65,6 @@ def test_profile_matches_the_formula_and_the_costs():
     assert c.plain_rate() == pytest.approx(1 / CPU.verify(1))
 
 
-
 def test_profiles_and_ceilings_follow_the_costs_each_observation_brings():
     c = Controller(["draft"], 4)
     c.seed({1: 0.030, 2: 0.050, 4: 0.090, 8: 0.160}, {"draft": 0.010})
@@ -381,7 +380,9 @@ def test_auto_is_near_the_best_fixed_configuration_on_a_gpu():
 def test_a_drafter_that_cannot_win_even_at_full_acceptance_is_not_warmed_up_further():
     """Measured here: target pass 33 ms + 24 ms per extra token, draft model 20 ms per token; even
     with every draft token accepted, the draft model loses to plain decoding."""
-    linear = Costs(plain=0.033, verify_points={1: 1.0, 2: 1.73, 5: 3.4, 9: 6.8}, verify_slope=0.72, draft_token=0.020, noise=0.0)
+    linear = Costs(
+        plain=0.033, verify_points={1: 1.0, 2: 1.73, 5: 3.4, 9: 6.8}, verify_slope=0.72, draft_token=0.020, noise=0.0
+    )
     c = Controller(["draft"], 8, warmup_steps=3)
     choices = drive(c, 5, lambda d, _: 1.0, costs=linear)
     warmups = [ch for ch in choices if ch.reason == "warmup" and ch.drafter == "draft"]
@@ -422,7 +423,9 @@ def test_a_draft_model_whose_catch_up_cannot_be_repaid_is_not_tried():
     assert catch_up == pytest.approx(4.0, rel=0.01)
     assert all(c.choose([], remaining=60, catchup_s={"draft": catch_up}).drafter is None for _ in range(10))
     short = c.catch_up_seconds("draft", 40)
-    assert any(c.choose([], remaining=2000, catchup_s={"draft": short}).drafter == "draft" for _ in range(4))  # worth it
+    assert any(
+        c.choose([], remaining=2000, catchup_s={"draft": short}).drafter == "draft" for _ in range(4)
+    )  # worth it
 
 
 def test_a_lookup_draft_is_taken_when_it_promises_more_than_plain_decoding():

@@ -11,8 +11,8 @@ from specrun.engine.auto import costs as costs_module
 from specrun.engine.auto.control import Controller
 from specrun.engine.auto.costs import Conditions, DecodeCosts, judge
 from specrun.engine.auto.drift import DISAGREE, WINDOW
-from specrun.engine.sequence import GenerationSettings
 from specrun.engine.sampling import SamplingParams
+from specrun.engine.sequence import GenerationSettings
 from specrun.runtime import cost_cache
 from specrun.runtime.pair import Pair, PairConfig
 
@@ -136,7 +136,9 @@ class BusyMeter(costs_module.Meter):
         return 0.4
 
 
-def test_a_calibration_under_load_is_used_once_and_the_next_run_measures_again(tmp_path, monkeypatch, tiny_target, tiny_draft):
+def test_a_calibration_under_load_is_used_once_and_the_next_run_measures_again(
+    tmp_path, monkeypatch, tiny_target, tiny_draft
+):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     notices: list[str] = []
     monkeypatch.setattr(costs_module, "Meter", BusyMeter)
@@ -164,7 +166,9 @@ def test_offloaded_passes_record_no_cpu_share(monkeypatch, tiny_target, tiny_dra
     try:
         tokens = pair.prompt_tokens("offloaded", chat=False)
         local = costs_module.measure(pair.session.target_ctx, pair.session.draft_ctx, tokens, (1, 2), reps=1)
-        offloaded = costs_module.measure(pair.session.target_ctx, pair.session.draft_ctx, tokens, (1, 2), reps=1, offloaded=True)
+        offloaded = costs_module.measure(
+            pair.session.target_ctx, pair.session.draft_ctx, tokens, (1, 2), reps=1, offloaded=True
+        )
     finally:
         pair.close()
     assert local.conditions.cpu_share == 0.4 and any("CPU" in r for r in judge(local))
@@ -175,7 +179,9 @@ def test_offloaded_passes_record_no_cpu_share(monkeypatch, tiny_target, tiny_dra
     assert any("cheaper" in r for r in judge(local)) and not any("cheaper" in r for r in judge(offloaded))
 
 
-def test_cached_costs_that_steps_prove_far_too_high_are_corrected_then_dropped(tmp_path, monkeypatch, tiny_target, tiny_draft):
+def test_cached_costs_that_steps_prove_far_too_high_are_corrected_then_dropped(
+    tmp_path, monkeypatch, tiny_target, tiny_draft
+):
     """The poisoning seen in the field: a cache holding 3.1 s per target pass and 2.65 s per draft
     token, measured on a busy machine but passing every check. The run's own steps time in
     milliseconds: auto corrects its costs within a few steps, and drops the entry so the next run
@@ -187,8 +193,11 @@ def test_cached_costs_that_steps_prove_far_too_high_are_corrected_then_dropped(t
         poisoned = costs_of({1: 3.1, 2: 4.6, 5: 9.3, 16: 15.5, 32: 26.4}, 2.65)
         assert cost_cache.store(key, poisoned, 1) == []
         assert pair.session.decode_costs() == poisoned  # read back: nothing in it looks wrong
-        generation = pair.generation(pair.prompt_tokens("poisoned", chat=False),
-                                     GenerationSettings(max_tokens=40, sampling=SamplingParams(temperature=0), ignore_eos=True), mode="auto")
+        generation = pair.generation(
+            pair.prompt_tokens("poisoned", chat=False),
+            GenerationSettings(max_tokens=40, sampling=SamplingParams(temperature=0), ignore_eos=True),
+            mode="auto",
+        )
         list(generation.run())
         factor = generation.stats.policy["seeded_costs_off_by"]
         assert factor is not None and factor < 1 / DISAGREE
@@ -196,8 +205,6 @@ def test_cached_costs_that_steps_prove_far_too_high_are_corrected_then_dropped(t
         assert cost_cache.load(key, 1) is None  # the next run measures again
     finally:
         pair.close()
-
-
 
 
 def test_the_controller_rescales_seeded_costs_only_on_consistent_disagreement():
@@ -227,7 +234,9 @@ def test_what_auto_learned_carries_over_to_the_next_process(tmp_path, monkeypatc
     first = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
     try:
         first.session.costs = gpu_like
-        generation = first.generation(first.prompt_tokens("abc abc abc abc abc abc abc abc", chat=False), settings, mode="auto")
+        generation = first.generation(
+            first.prompt_tokens("abc abc abc abc abc abc abc abc", chat=False), settings, mode="auto"
+        )
         list(generation.run())
         learned = generation.policy.controller.learned()
         assert generation.stats.drafted > 0

@@ -36,11 +36,15 @@ LLAMA_SOURCE = os.environ.get("SPECRUN_TEST_LLAMA_SOURCE", "")
 CUDA_SOURCE = "vendor/llama.cpp/ggml/src/ggml-cuda/arange.cu"
 
 pytestmark = [
-    pytest.mark.skipif(not (CUDA_PYTHON and LLAMA_SOURCE),
-                       reason="needs SPECRUN_TEST_CUDA_PYTHON (a python with PyPI's CUDA 13 wheels) and "
-                              "SPECRUN_TEST_LLAMA_SOURCE (an unpacked llama-cpp-python source); see the docstring"),
-    pytest.mark.skipif(any(shutil.which(tool) is None for tool in ("bash", "cmake", "ninja", "c++", "readelf")),
-                       reason="needs bash, cmake, ninja, a C++ compiler and readelf"),
+    pytest.mark.skipif(
+        not (CUDA_PYTHON and LLAMA_SOURCE),
+        reason="needs SPECRUN_TEST_CUDA_PYTHON (a python with PyPI's CUDA 13 wheels) and "
+        "SPECRUN_TEST_LLAMA_SOURCE (an unpacked llama-cpp-python source); see the docstring",
+    ),
+    pytest.mark.skipif(
+        any(shutil.which(tool) is None for tool in ("bash", "cmake", "ninja", "c++", "readelf")),
+        reason="needs bash, cmake, ninja, a C++ compiler and readelf",
+    ),
 ]
 
 
@@ -60,16 +64,33 @@ def test_cmake_configures_and_compiles_cuda_with_pypi_toolkit_and_no_nvcc_on_pat
     hidden = [d for d in os.environ["PATH"].split(os.pathsep) if d and not (Path(d) / "nvcc").exists()]
     path = os.pathsep.join([str(fakes), *hidden])
     assert shutil.which("nvcc", path=path) is None
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("CUDA_HOME", "CUDA_PATH", "CUDACXX", "CUDAToolkit_ROOT", "CMAKE_ARGS", "CUDAARCHS",
-                          "CFLAGS", "CXXFLAGS", "LD_LIBRARY_PATH")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key
+        not in (
+            "CUDA_HOME",
+            "CUDA_PATH",
+            "CUDACXX",
+            "CUDAToolkit_ROOT",
+            "CMAKE_ARGS",
+            "CUDAARCHS",
+            "CFLAGS",
+            "CXXFLAGS",
+            "LD_LIBRARY_PATH",
+        )
+    }
     env["PATH"] = path
 
     # setup.sh's choice and settings, from its dry run.
     venv = tmp_path / "venv"
-    dry = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh")], capture_output=True, text=True, timeout=120,
-                         env={**env, "SPECRUN_SETUP_DRY_RUN": "1", "SPECRUN_VENV": str(venv),
-                              "CMAKE_CUDA_ARCHITECTURES": "90"})
+    dry = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "SPECRUN_SETUP_DRY_RUN": "1", "SPECRUN_VENV": str(venv), "CMAKE_CUDA_ARCHITECTURES": "90"},
+    )
     assert dry.returncode == 0, dry.stderr
     assert "backend: cuda" in dry.stdout and "from PyPI" in dry.stdout
     settings = {}
@@ -82,19 +103,49 @@ def test_cmake_configures_and_compiles_cuda_with_pypi_toolkit_and_no_nvcc_on_pat
 
     # The toolkit folder, joined as setup.sh joins it after installing the wheels.
     joined = subprocess.run(
-        ["bash", "-c", 'set -euo pipefail; . "$1"; roots=(); while IFS= read -r r; do roots+=("$r"); done '
-                       '< <(cuda_pip_roots "$2"); cuda_join_toolkit "$3" "${roots[@]}"; cuda_toolkit_problem "$3"',
-         "join", str(REPO / "scripts" / "cuda-toolkit.sh"), CUDA_PYTHON, str(toolkit)],
-        env=env, capture_output=True, text=True, timeout=120)
+        [
+            "bash",
+            "-c",
+            'set -euo pipefail; . "$1"; roots=(); while IFS= read -r r; do roots+=("$r"); done '
+            '< <(cuda_pip_roots "$2"); cuda_join_toolkit "$3" "${roots[@]}"; cuda_toolkit_problem "$3"',
+            "join",
+            str(REPO / "scripts" / "cuda-toolkit.sh"),
+            CUDA_PYTHON,
+            str(toolkit),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert joined.returncode == 0 and joined.stdout == "", joined.stdout + joined.stderr
     site_nvidia = Path(run([CUDA_PYTHON, "-c", "import nvidia; print(list(nvidia.__path__)[0])"], env, 60).strip())
 
     # Configure llama-cpp-python's source with setup.sh's settings, as pip's build does.
     build = tmp_path / "build"
-    cmake_env = {**env, "CUDACXX": settings["CUDACXX"], "CUDAToolkit_ROOT": str(toolkit),
-                 "CFLAGS": settings["CFLAGS"], "CXXFLAGS": settings["CXXFLAGS"]}
-    run(["cmake", "-S", LLAMA_SOURCE, "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release",
-         "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", *settings["CMAKE_ARGS"].split()], cmake_env, 1200)
+    cmake_env = {
+        **env,
+        "CUDACXX": settings["CUDACXX"],
+        "CUDAToolkit_ROOT": str(toolkit),
+        "CFLAGS": settings["CFLAGS"],
+        "CXXFLAGS": settings["CXXFLAGS"],
+    }
+    run(
+        [
+            "cmake",
+            "-S",
+            LLAMA_SOURCE,
+            "-B",
+            str(build),
+            "-G",
+            "Ninja",
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON",
+            *settings["CMAKE_ARGS"].split(),
+        ],
+        cmake_env,
+        1200,
+    )
     cache = dict(re.findall(r"^([A-Za-z_]+):[A-Z]+=(.*)$", (build / "CMakeCache.txt").read_text(), re.M))
     assert cache["CMAKE_CUDA_COMPILER"] == str(toolkit / "bin" / "nvcc")
     assert cache["GGML_CUDA_NO_VMM"] == "ON"

@@ -22,8 +22,13 @@ pytestmark = pytest.mark.skipif(BASH is None, reason="needs bash")
 
 def call(command: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run `command` in bash after sourcing the script."""
-    return subprocess.run([BASH, "-c", f'set -euo pipefail; . "{SCRIPT}"; {command}'], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [BASH, "-c", f'set -euo pipefail; . "{SCRIPT}"; {command}'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def tree(root: Path, *files: str) -> Path:
@@ -40,15 +45,29 @@ def tree(root: Path, *files: str) -> Path:
 @pytest.fixture
 def toolkit(tmp_path) -> Path:
     """A toolkit with nvcc, the runtime, CCCL and nvvm, but no cuBLAS (as /usr/local/cuda here)."""
-    return tree(tmp_path / "toolkit", "bin/nvcc", "bin/ptxas", "include/cuda_runtime.h", "include/crt/host_defines.h",
-                "include/cccl/cub/cub.cuh", "lib/libcudart.so.13", "nvvm/bin/cicc", "nvvm/libdevice/libdevice.10.bc")
+    return tree(
+        tmp_path / "toolkit",
+        "bin/nvcc",
+        "bin/ptxas",
+        "include/cuda_runtime.h",
+        "include/crt/host_defines.h",
+        "include/cccl/cub/cub.cuh",
+        "lib/libcudart.so.13",
+        "nvvm/bin/cicc",
+        "nvvm/libdevice/libdevice.10.bc",
+    )
 
 
 @pytest.fixture
 def cublas(tmp_path) -> Path:
     """cuBLAS as NVIDIA's wheel lays it out: versioned library names only."""
-    return tree(tmp_path / "wheel" / "nvidia" / "cu13", "include/cublas_v2.h", "include/crt/extra.h",
-                "lib/libcublas.so.13", "lib/libcublasLt.so.13")
+    return tree(
+        tmp_path / "wheel" / "nvidia" / "cu13",
+        "include/cublas_v2.h",
+        "include/crt/extra.h",
+        "lib/libcublas.so.13",
+        "lib/libcublasLt.so.13",
+    )
 
 
 def test_joined_toolkit_has_every_part_with_unversioned_library_names(tmp_path, toolkit, cublas):
@@ -96,8 +115,17 @@ def test_a_toolkit_without_cccl_or_cicc_is_named_as_such(tmp_path, toolkit, cubl
 def test_pypi_requirements_are_the_newest_of_the_major_not_newer_than_the_driver():
     result = call("cuda_pypi_requirements 13.0")
     assert result.returncode == 0
-    assert result.stdout.split() == [f"{name}>=13.0,<13.1" for name in (
-        "nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl", "nvidia-cublas")]
+    assert result.stdout.split() == [
+        f"{name}>=13.0,<13.1"
+        for name in (
+            "nvidia-cuda-nvcc",
+            "nvidia-cuda-crt",
+            "nvidia-nvvm",
+            "nvidia-cuda-runtime",
+            "nvidia-cuda-cccl",
+            "nvidia-cublas",
+        )
+    ]
     assert call("cuda_pypi_requirements 13.12").stdout.split()[0] == "nvidia-cuda-nvcc>=13.0,<13.13"
 
 
@@ -111,7 +139,8 @@ def test_driver_version_is_read_from_nvidia_smi_header(tmp_path):
     bin_dir = tmp_path / "bin"
     tree(bin_dir, "nvidia-smi")
     (bin_dir / "nvidia-smi").write_text(
-        "#!/bin/sh\necho '| NVIDIA-SMI 580.159.03     Driver Version: 580.159.03     CUDA Version: 13.0     |'\n")
+        "#!/bin/sh\necho '| NVIDIA-SMI 580.159.03     Driver Version: 580.159.03     CUDA Version: 13.0     |'\n"
+    )
     (bin_dir / "nvidia-smi").chmod(0o755)
     path = f"{bin_dir}:{os.environ['PATH']}"
     assert call("cuda_driver_version", {"PATH": path}).stdout.strip() == "13.0"

@@ -26,4 +26,6 @@ def test_every_option_has_help_and_is_in_the_readme(name):
         assert param.help, f"{name} {param.opts[0]} has no help"
         for flag in param.opts + param.secondary_opts:
             if flag.startswith("--") and flag != "--help":
-                assert f"`{flag}" in README or f"{flag}`" in README or f", {flag}" in README, f"{name} {flag} is not in the README"
+                assert f"`{flag}" in README or f"{flag}`" in README or f", {flag}" in README, (
+                    f"{name} {flag} is not in the README"
+                )

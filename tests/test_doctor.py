@@ -17,8 +17,16 @@ from specrun.bench.costmodel import Costs, expected_tokens_per_step
 # Made-up machines (seconds): a GPU, where a pass over a few tokens costs what one does and the
 # draft is cheap; a CPU, where a pass over K+1 tokens costs K+1 passes up to 9 tokens but 16 tokens
 # run in cheaper tiles (7 passes), and the draft costs 0.6 of a pass.
-GPU = Costs(plain_s=0.010, verify_s={1: 0.010, 2: 0.0102, 3: 0.0104, 5: 0.0108, 9: 0.0116, 16: 0.013, 32: 0.016}, draft_token_s=0.001)
-CPU = Costs(plain_s=0.040, verify_s={1: 0.040, 2: 0.080, 3: 0.120, 5: 0.200, 9: 0.360, 16: 0.280, 32: 0.500}, draft_token_s=0.024)
+GPU = Costs(
+    plain_s=0.010,
+    verify_s={1: 0.010, 2: 0.0102, 3: 0.0104, 5: 0.0108, 9: 0.0116, 16: 0.013, 32: 0.016},
+    draft_token_s=0.001,
+)
+CPU = Costs(
+    plain_s=0.040,
+    verify_s={1: 0.040, 2: 0.080, 3: 0.120, 5: 0.200, 9: 0.360, 16: 0.280, 32: 0.500},
+    draft_token_s=0.024,
+)
 
 
 def test_break_even_alpha_is_where_drafting_costs_what_it_saves():
@@ -76,7 +84,17 @@ def test_doctor_text_on_tiny_models(tiny_target, tiny_draft):
     result = specrun("doctor", "--target", tiny_target, "--draft", tiny_draft, "-c", "512")
     assert result.returncode == 0, result.stderr
     labels = [line.split("  ")[0] for line in result.stdout.splitlines()]
-    for label in ("llama.cpp", "device", "cpu", "placement", "target pass", "draft token", "break-even α", "verdict", "cost cache"):
+    for label in (
+        "llama.cpp",
+        "device",
+        "cpu",
+        "placement",
+        "target pass",
+        "draft token",
+        "break-even α",
+        "verdict",
+        "cost cache",
+    ):
         assert label in labels, result.stdout
     assert "Traceback" not in result.stderr
 
@@ -109,8 +127,15 @@ def test_unknown_device_exits_2_listing_the_available_ones(tiny_target):
     assert "CUDA9" in result.stderr and "available here: cpu" in result.stderr
 
 
-@pytest.mark.parametrize("flags, words", [(["-ngl", "many"], ["--gpu-layers"]), (["--tensor-split", "a,b"], ["--tensor-split"]),
-                                          (["--tensor-split", "0,0"], ["not all 0"]), (["--draft-device", ","], ["--draft-device"])])
+@pytest.mark.parametrize(
+    "flags, words",
+    [
+        (["-ngl", "many"], ["--gpu-layers"]),
+        (["--tensor-split", "a,b"], ["--tensor-split"]),
+        (["--tensor-split", "0,0"], ["not all 0"]),
+        (["--draft-device", ","], ["--draft-device"]),
+    ],
+)
 def test_bad_placement_flags_are_usage_errors(tiny_target, flags, words):
     result = specrun("run", "hi", "--target", tiny_target, "--draft", "none", *flags)
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -10,8 +10,8 @@ import pytest
 
 from specrun.engine.auto.costs import DecodeCosts
 from specrun.engine.llama import Context, Model, common_prefix
-from specrun.engine.sequence import GenerationSettings
 from specrun.engine.sampling import SamplingParams
+from specrun.engine.sequence import GenerationSettings
 from specrun.runtime.pair import Pair, PairConfig
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -24,7 +24,9 @@ def settings(**kw) -> GenerationSettings:
 
 
 def run(pair: Pair, prompt: str, use_draft: bool, mode: str = "draft", **kw):
-    generation = pair.generation(pair.prompt_tokens(prompt, chat=False), settings(**kw), mode=mode if use_draft else "off")
+    generation = pair.generation(
+        pair.prompt_tokens(prompt, chat=False), settings(**kw), mode=mode if use_draft else "off"
+    )
     steps = list(generation.run())
     tokens = [t for s in steps for t in s.tokens]
     return tokens, "".join(s.text for s in steps), generation.stats, steps
@@ -101,7 +103,7 @@ def test_kv_caches_match_a_fresh_context_after_partial_and_full_acceptance(draft
         draft_ctx.trim(0, draft_ctx.common_prefix(0, history))
         cut = draft_ctx.shortlisted(0)
         draft_ctx.shortlist(0, 0)
-        logits = draft_ctx.feed(0, history[len(draft_ctx.tokens[0]):], "last")
+        logits = draft_ctx.feed(0, history[len(draft_ctx.tokens[0]) :], "last")
         draft_ctx.shortlist(0, cut)
         assert draft_ctx.tokens[0] == history
         assert np.allclose(logits, fresh_logits(draft_pair.draft_model, history), atol=2e-2)
@@ -174,7 +176,9 @@ def close_pair(tiny_target, tiny_dir):
 
 @pytest.mark.parametrize("use_draft", [False, True], ids=["plain", "speculative"])
 def test_sampled_first_two_tokens_follow_the_target_distribution(close_pair, use_draft):
-    chi2, drafted, detail = sampled_fit(close_pair, close_pair.prompt_tokens("sampling", chat=False), "draft" if use_draft else "off")
+    chi2, drafted, detail = sampled_fit(
+        close_pair, close_pair.prompt_tokens("sampling", chat=False), "draft" if use_draft else "off"
+    )
     assert (drafted > 0) == use_draft
     assert chi2 < CHI2_999, detail
 
@@ -184,7 +188,9 @@ RUNS = 1500
 CHI2_999 = 26.12  # 99.9% quantile at 8 degrees of freedom: a correct sampler fails one time in a thousand
 
 
-def sampled_fit(pair: Pair, prompt: list[int], mode: str, before_run=None, sampling: SamplingParams = SAMPLING) -> tuple[float, int, tuple]:
+def sampled_fit(
+    pair: Pair, prompt: list[int], mode: str, before_run=None, sampling: SamplingParams = SAMPLING
+) -> tuple[float, int, tuple]:
     """Pearson chi-square of the first two sampled tokens over RUNS seeds against the target's
     exact distribution (at most 9 cells with top-k 3), the tokens drafted in all, and the counts."""
     exact = first_two_distribution(pair, prompt, sampling)
@@ -193,7 +199,9 @@ def sampled_fit(pair: Pair, prompt: list[int], mode: str, before_run=None, sampl
     for seed in range(RUNS):
         if before_run is not None:
             before_run()
-        generation = pair.generation(prompt, settings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2), mode=mode)
+        generation = pair.generation(
+            prompt, settings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2), mode=mode
+        )
         tokens = [t for s in generation.run() for t in s.tokens]
         counts[(tokens[0], tokens[1])] += 1
         drafted += generation.stats.drafted
@@ -247,8 +255,12 @@ def test_ngram_mode_needs_no_draft_model(tiny_target):
 
 def test_draft_p_min_stops_unsure_drafts_but_never_below_draft_min(draft_pair):
     _, _, loose, loose_steps = run(draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6)
-    _, _, strict, strict_steps = run(draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6, draft_p_min=0.99)
-    _, _, floor, floor_steps = run(draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6, draft_p_min=0.99, draft_min=2)
+    _, _, strict, strict_steps = run(
+        draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6, draft_p_min=0.99
+    )
+    _, _, floor, floor_steps = run(
+        draft_pair, "the answer is", use_draft=True, max_tokens=60, draft_max=6, draft_p_min=0.99, draft_min=2
+    )
     assert strict.drafted < loose.drafted
     assert any(s.drafted < 2 for s in strict_steps[1:])  # p_min alone cuts drafts short
     # draft_min: every step with room for two draft tokens drafts at least two.
@@ -306,7 +318,9 @@ def test_generation_stops_at_the_end_of_generation_token(eos_pair, mode):
     eos = pair.target_model.tokenize("<|endoftext|>", add_special=False, parse_special=True)[0]
     full, _, _, _ = run(pair, prompt, use_draft=True, mode="off", max_tokens=40)  # ignore_eos: runs past it
     end = full.index(eos)
-    generation = pair.generation(pair.prompt_tokens(prompt, chat=False), settings(max_tokens=40, ignore_eos=False, draft_max=6), mode=mode)
+    generation = pair.generation(
+        pair.prompt_tokens(prompt, chat=False), settings(max_tokens=40, ignore_eos=False, draft_max=6), mode=mode
+    )
     steps = list(generation.run())
     tokens = [t for s in steps for t in s.tokens]
     assert generation.stats.stop_reason == "eog" and steps[-1].finished == "eog"

@@ -18,8 +18,8 @@ from cli_helpers import specrun
 from conftest import FAMILY_MESSAGE, FAMILY_PROMPT
 from tiny_models import family_vocabulary, greedy_tokens
 
-from specrun.engine.sequence import GenerationSettings
 from specrun.engine.sampling import SamplingParams
+from specrun.engine.sequence import GenerationSettings
 from specrun.runtime.pair import Pair, PairConfig
 
 MAX_TOKENS = 32  # the fixtures' answers end sooner (within 20 tokens); a missed end-of-turn shows as max_tokens
@@ -47,8 +47,23 @@ def load(pair) -> closing[Pair]:
 
 
 def run_json(pair, *args: str) -> dict:
-    result = specrun("run", FAMILY_PROMPT, "--raw", "--temp", "0", "--target", pair.target, "--draft", pair.draft,
-                     "-t", "1", "-n", str(MAX_TOKENS), "--json", *args)
+    result = specrun(
+        "run",
+        FAMILY_PROMPT,
+        "--raw",
+        "--temp",
+        "0",
+        "--target",
+        pair.target,
+        "--draft",
+        pair.draft,
+        "-t",
+        "1",
+        "-n",
+        str(MAX_TOKENS),
+        "--json",
+        *args,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -56,7 +71,9 @@ def run_json(pair, *args: str) -> dict:
 # -- compatibility --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fixture,vocab_type", [("spm_pair", "SPM (1)"), ("llama3_pair", "BPE (2)")], ids=["spm", "llama3"])
+@pytest.mark.parametrize(
+    "fixture,vocab_type", [("spm_pair", "SPM (1)"), ("llama3_pair", "BPE (2)")], ids=["spm", "llama3"]
+)
 def test_check_accepts_a_family_pair(request, fixture, vocab_type):
     pair = request.getfixturevalue(fixture)
     vocab, bos, eos = FAMILIES[fixture][0], FAMILIES[fixture][1], "</s>" if fixture == "spm_pair" else "<|end_of_text|>"
@@ -112,7 +129,9 @@ def test_raw_greedy_answer_ends_at_the_end_of_turn_token_with_or_without_drafts(
 def test_the_end_of_turn_token_itself_ends_the_answer(family):
     pair, _, _, eot = family
     with load(pair) as loaded:
-        settings = GenerationSettings(max_tokens=MAX_TOKENS, sampling=SamplingParams(temperature=0.0), seed=1, draft_max=4)
+        settings = GenerationSettings(
+            max_tokens=MAX_TOKENS, sampling=SamplingParams(temperature=0.0), seed=1, draft_max=4
+        )
         generation = loaded.generation(loaded.prompt_tokens(FAMILY_PROMPT, chat=False), settings, mode="draft")
         steps = list(generation.run())
     tokens = [t for s in steps for t in s.tokens]
@@ -129,7 +148,9 @@ def test_bos_comes_once_first_for_target_and_draft(family):
         for chat in (False, True):
             prompt = loaded.prompt_tokens(FAMILY_MESSAGE if chat else FAMILY_PROMPT, chat=chat)
             assert prompt[0] == bos and prompt.count(bos) == 1, (chat, prompt)
-            settings = GenerationSettings(max_tokens=MAX_TOKENS, sampling=SamplingParams(temperature=0.0), seed=1, draft_max=4)
+            settings = GenerationSettings(
+                max_tokens=MAX_TOKENS, sampling=SamplingParams(temperature=0.0), seed=1, draft_max=4
+            )
             generation = loaded.generation(prompt, settings, mode="draft")
             list(generation.run())
             assert generation.stats.drafted > 0
@@ -143,8 +164,22 @@ def test_chat_answer_ends_with_the_end_of_turn_token(family):
     pair, _, _, _ = family
     expected = greedy_tokens(pair.target, (), MAX_TOKENS, chat_prompts=[FAMILY_MESSAGE])[0]
     assert len(expected) < MAX_TOKENS
-    result = specrun("chat", "--target", pair.target, "--draft", pair.draft, "--temp", "0", "--spec", "draft",
-                     "-t", "1", "-n", str(MAX_TOKENS), stdin=FAMILY_MESSAGE + "\n")
+    result = specrun(
+        "chat",
+        "--target",
+        pair.target,
+        "--draft",
+        pair.draft,
+        "--temp",
+        "0",
+        "--spec",
+        "draft",
+        "-t",
+        "1",
+        "-n",
+        str(MAX_TOKENS),
+        stdin=FAMILY_MESSAGE + "\n",
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
     summaries = [line for line in result.stderr.splitlines() if re.match(r"\d+ tok · ", line)]

@@ -169,10 +169,15 @@ def test_hf_download_failure_is_one_line(isolated, monkeypatch):
 def pinned_registry(tmp_path, file: str, sha256, revision: str | None = "v1.0") -> Path:
     pin = f'"{sha256}"' if isinstance(sha256, str) else "[" + ", ".join(f'"{d}"' for d in sha256) + "]"
     rev = f', revision = "{revision}"' if revision else ""
-    return write_registry(tmp_path / "pinned.toml", f'[[model]]\nname = "pinned"\nhf = {{ repo = "o/pinned", file = "{file}"{rev}, sha256 = {pin} }}\n')
+    return write_registry(
+        tmp_path / "pinned.toml",
+        f'[[model]]\nname = "pinned"\nhf = {{ repo = "o/pinned", file = "{file}"{rev}, sha256 = {pin} }}\n',
+    )
 
 
-def test_a_pinned_download_that_matches_is_kept_and_the_revision_is_asked_for(isolated, tmp_path, monkeypatch, tiny_draft):
+def test_a_pinned_download_that_matches_is_kept_and_the_revision_is_asked_for(
+    isolated, tmp_path, monkeypatch, tiny_draft
+):
     data = tiny_draft.read_bytes()
     calls: list = []
     fake_hub(monkeypatch, {"m.gguf": data}, calls)
@@ -191,18 +196,28 @@ def test_a_pinned_download_that_differs_is_deleted_with_both_hashes_named(isolat
     with pytest.raises(FetchError) as err:
         fetch.fetch_model(reg.model("pinned"))
     actual = hashlib.sha256(data).hexdigest()
-    assert err.value.message == f"o/pinned/m.gguf has sha256 {actual}, but the registry pins {wrong}; the download was deleted"
+    assert (
+        err.value.message
+        == f"o/pinned/m.gguf has sha256 {actual}, but the registry pins {wrong}; the download was deleted"
+    )
     assert err.value.exit_code == 1 and "\n" not in err.value.one_line()
     repo_dir = isolated / "hf" / "models--o--pinned"
-    assert not (repo_dir / "blobs" / actual).exists() and not (repo_dir / "snapshots" / ("c" * 40) / "m.gguf").is_symlink()
+    assert (
+        not (repo_dir / "blobs" / actual).exists() and not (repo_dir / "snapshots" / ("c" * 40) / "m.gguf").is_symlink()
+    )
 
 
-def test_each_shard_of_a_split_model_is_checked_against_its_own_pin(isolated, tmp_path, monkeypatch, tiny_draft, tiny_target):
+def test_each_shard_of_a_split_model_is_checked_against_its_own_pin(
+    isolated, tmp_path, monkeypatch, tiny_draft, tiny_target
+):
     one, two = tiny_draft.read_bytes(), tiny_target.read_bytes()
     names = ["s-00001-of-00002.gguf", "s-00002-of-00002.gguf"]
     fake_hub(monkeypatch, dict(zip(names, (one, two))), [])
     good = [hashlib.sha256(one).hexdigest(), hashlib.sha256(two).hexdigest()]
-    assert fetch.fetch_model(load_registry(pinned_registry(tmp_path, names[0], good, None)).model("pinned")).name == names[0]
+    assert (
+        fetch.fetch_model(load_registry(pinned_registry(tmp_path, names[0], good, None)).model("pinned")).name
+        == names[0]
+    )
     shutil.rmtree(isolated / "hf" / "models--o--pinned")
     with pytest.raises(FetchError, match=f"o/pinned/{names[1]} has sha256 {good[1]}, but the registry pins {good[0]}"):
         fetch.fetch_model(load_registry(pinned_registry(tmp_path, names[0], [good[0], good[0]], None)).model("pinned"))
@@ -216,7 +231,10 @@ def test_a_cached_file_is_checked_by_its_blob_name_and_never_deleted(isolated, t
     assert fetch.fetch_model(load_registry(pinned_registry(tmp_path, "m.gguf", good, None)).model("pinned")) == snap
     with pytest.raises(FetchError) as err:
         fetch.fetch_model(load_registry(pinned_registry(tmp_path, "m.gguf", "f" * 64, None)).model("pinned"))
-    assert err.value.message == f"o/pinned/m.gguf in the Hugging Face cache has sha256 {good}, but the registry pins {'f' * 64}"
+    assert (
+        err.value.message
+        == f"o/pinned/m.gguf in the Hugging Face cache has sha256 {good}, but the registry pins {'f' * 64}"
+    )
     assert str(snap) in err.value.hint and snap.read_bytes() == data
 
 
@@ -231,18 +249,24 @@ def test_a_pinned_revision_picks_its_snapshot_in_the_cache(isolated, tmp_path, t
         fetch.fetch_model(reg.model("pinned"))
 
 
-@pytest.mark.parametrize("pin, fragment", [
-    ('"abc"', "not 64 hex digits"),
-    ('["' + "a" * 64 + '", "' + "b" * 64 + '"]', "must be one digest"),
-    ("3", "must be a non-empty str or list"),
-])
+@pytest.mark.parametrize(
+    "pin, fragment",
+    [
+        ('"abc"', "not 64 hex digits"),
+        ('["' + "a" * 64 + '", "' + "b" * 64 + '"]', "must be one digest"),
+        ("3", "must be a non-empty str or list"),
+    ],
+)
 def test_bad_pins_are_refused(tmp_path, pin, fragment):
     from specrun.models.registry import parse_text
 
     with pytest.raises(RegistryError, match=fragment):
         parse_text(f'[[model]]\nname = "x"\nhf = {{ repo = "o/r", file = "x.gguf", sha256 = {pin} }}\n', "bad.toml")
     with pytest.raises(RegistryError, match="a list of 3 digests, one per shard"):
-        parse_text(f'[[model]]\nname = "x"\nhf = {{ repo = "o/r", file = "x-00001-of-00003.gguf", sha256 = "{"a" * 64}" }}\n', "bad.toml")
+        parse_text(
+            f'[[model]]\nname = "x"\nhf = {{ repo = "o/r", file = "x-00001-of-00003.gguf", sha256 = "{"a" * 64}" }}\n',
+            "bad.toml",
+        )
 
 
 # ---- pip bundles ---------------------------------------------------------------------------------
@@ -256,7 +280,11 @@ def test_bundle_assembles_verifies_and_records(chunked, payload):
     assert path == fetch.cache_dir() / "models" / "chunky.gguf"
     assert path.read_bytes() == payload
     assert bundle.record_path(path).is_file()
-    assert events[0] == ("assembling chunky", 0, len(payload)) and events[-1] == ("assembling chunky", len(payload), len(payload))
+    assert events[0] == ("assembling chunky", 0, len(payload)) and events[-1] == (
+        "assembling chunky",
+        len(payload),
+        len(payload),
+    )
     assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
     found = fetch.availability(model)
     assert (found.path, found.where) == (path, "specrun cache")
@@ -354,11 +382,15 @@ def test_too_little_free_space_is_refused_up_front(chunked, monkeypatch):
 
 
 def test_bundle_not_installed_falls_back_to_hugging_face(isolated, tmp_path):
-    reg = load_registry(write_registry(
-        tmp_path / "r.toml",
-        '[[model]]\nname = "ghost"\nbundle = { distribution = "no-such-dist-part{n}", file = "x{n}", count = 2, sha256 = "' + "c" * 64 + '", size = 4 }\n'
-        'hf = { repo = "o/ghost", file = "g.gguf" }\n',
-    ))
+    reg = load_registry(
+        write_registry(
+            tmp_path / "r.toml",
+            '[[model]]\nname = "ghost"\nbundle = { distribution = "no-such-dist-part{n}", file = "x{n}", count = 2, sha256 = "'
+            + "c" * 64
+            + '", size = 4 }\n'
+            'hf = { repo = "o/ghost", file = "g.gguf" }\n',
+        )
+    )
     assert fetch.availability(reg.model("ghost")).where == "Hugging Face"
     with pytest.raises(FetchError, match="o/ghost/g.gguf"):
         fetch.fetch_model(reg.model("ghost"))
@@ -371,13 +403,15 @@ def test_package_and_path_sources(isolated, tmp_path, site, tiny_draft):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tinypkg\nVersion: 0.1\n")
     (info / "RECORD").write_text("tinypkg/m.gguf,,\n")
-    reg = load_registry(write_registry(
-        tmp_path / "r.toml",
-        '[[model]]\nname = "pkg"\npackage = { distribution = "tinypkg", file = "tinypkg/m.gguf" }\n'
-        '[[model]]\nname = "nopkg"\npackage = { distribution = "absent-pkg", file = "a/m.gguf" }\n'
-        f'[[model]]\nname = "local"\npath = "{tiny_draft}"\n'
-        '[[model]]\nname = "gone"\npath = "gone.gguf"\n',
-    ))
+    reg = load_registry(
+        write_registry(
+            tmp_path / "r.toml",
+            '[[model]]\nname = "pkg"\npackage = { distribution = "tinypkg", file = "tinypkg/m.gguf" }\n'
+            '[[model]]\nname = "nopkg"\npackage = { distribution = "absent-pkg", file = "a/m.gguf" }\n'
+            f'[[model]]\nname = "local"\npath = "{tiny_draft}"\n'
+            '[[model]]\nname = "gone"\npath = "gone.gguf"\n',
+        )
+    )
     assert fetch.resolve_spec("pkg", reg) == site / "tinypkg" / "m.gguf"
     assert fetch.availability(reg.model("pkg")).where == "package tinypkg"
     assert fetch.resolve_spec("local", reg) == tiny_draft
@@ -393,15 +427,17 @@ def test_package_and_path_sources(isolated, tmp_path, site, tiny_draft):
 
 @pytest.fixture
 def tiny_registry(isolated, tmp_path, tiny_target, tiny_draft, tiny_other):
-    return load_registry(write_registry(
-        tmp_path / "tiny.toml",
-        f'[[model]]\nname = "tt"\npath = "{tiny_target}"\n'
-        f'[[model]]\nname = "td"\npath = "{tiny_draft}"\n'
-        f'[[model]]\nname = "to"\npath = "{tiny_other}"\n'
-        '[[pair]]\nname = "tt+td"\ntarget = "tt"\ndraft = "td"\ndefault = true\n'
-        '[[pair]]\nname = "to+td"\ntarget = "to"\ndraft = "td"\n'
-        '[[pair]]\nname = "tt+to"\ntarget = "tt"\ndraft = "to"\n',
-    ))
+    return load_registry(
+        write_registry(
+            tmp_path / "tiny.toml",
+            f'[[model]]\nname = "tt"\npath = "{tiny_target}"\n'
+            f'[[model]]\nname = "td"\npath = "{tiny_draft}"\n'
+            f'[[model]]\nname = "to"\npath = "{tiny_other}"\n'
+            '[[pair]]\nname = "tt+td"\ntarget = "tt"\ndraft = "td"\ndefault = true\n'
+            '[[pair]]\nname = "to+td"\ntarget = "to"\ndraft = "td"\n'
+            '[[pair]]\nname = "tt+to"\ntarget = "tt"\ndraft = "to"\n',
+        )
+    )
 
 
 def test_resolve_models_every_path(tiny_registry, tiny_target, tiny_draft, tiny_other):

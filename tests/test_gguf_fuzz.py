@@ -19,7 +19,6 @@ import gguf
 import numpy as np
 import pytest
 from gguf_bytes import (
-    ARRAY,
     SCALAR_FORMATS,
     STRING,
     UINT32,
@@ -47,15 +46,51 @@ from specrun.models.sizes import ModelSize, sizes_from_header
 TIME_BOUND_S = 0.100  # CPU time of this thread for one header: the reader's cost, not the machine's load
 # A hang shows as wall time too; this deadline is looser than the CPU bound because the test
 # machines are shared, and it still ends a walk that would take seconds.
-FUZZ = settings(deadline=timedelta(milliseconds=1000), database=None, print_blob=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    deadline=timedelta(milliseconds=1000),
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 EXAMPLES = {"mutated": 1200, "assembled": 1000, "random": 300}  # 2,500 headers in all
 
 
 def fuzz(name: str) -> settings:
     return settings(FUZZ, max_examples=EXAMPLES[name])
-INTERESTING = [0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 31, 32, 63, 64, 255, 256, 512, 513, 2**16, 2**31 - 1, 2**31,
-               2**32 - 1, 2**32, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
+
+
+INTERESTING = [
+    0,
+    1,
+    2,
+    3,
+    4,
+    5,
+    7,
+    8,
+    9,
+    12,
+    13,
+    31,
+    32,
+    63,
+    64,
+    255,
+    256,
+    512,
+    513,
+    2**16,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**32,
+    2**40,
+    2**62,
+    2**63 - 1,
+    2**63,
+    2**64 - 2,
+    2**64 - 1,
+]
 
 
 def _written_by_gguf(path: Path) -> bytes:
@@ -85,8 +120,11 @@ def seeds(tmp_path_factory) -> list[bytes]:
         tiny,
         _written_by_gguf(folder / "kinds.gguf"),
         minimal_llama(),
-        model([text("general.architecture", "llama"), scalar("general.alignment", UINT32, 8)],
-              [("blk.0.a", (8, 2, 1, 1)), ("token_embd.weight", (4, 4))], alignment=8),
+        model(
+            [text("general.architecture", "llama"), scalar("general.alignment", UINT32, 8)],
+            [("blk.0.a", (8, 2, 1, 1)), ("token_embd.weight", (4, 4))],
+            alignment=8,
+        ),
     ]
     for data in out:
         assert isinstance(parse_header(data, len(data)), GGUFHeader)
@@ -134,6 +172,7 @@ def _check(data: bytes) -> None:
 
 
 # ---- mutated valid headers -------------------------------------------------------------------------
+
 
 def _overwrite(data: bytearray, at: int, value: int, width: int) -> None:
     at %= max(1, len(data))
@@ -187,9 +226,22 @@ scalar_kind = st.sampled_from(sorted(SCALAR_FORMATS))
 
 @st.composite
 def entries(draw) -> bytes:
-    key = draw(st.sampled_from(["general.alignment", "general.architecture", "llama.block_count", "llama.embedding_length",
-                                "llama.attention.head_count", "llama.attention.head_count_kv", "llama.attention.key_length",
-                                "k", "tokenizer.ggml.tokens"]) | st.text(max_size=8))
+    key = draw(
+        st.sampled_from(
+            [
+                "general.alignment",
+                "general.architecture",
+                "llama.block_count",
+                "llama.embedding_length",
+                "llama.attention.head_count",
+                "llama.attention.head_count_kv",
+                "llama.attention.key_length",
+                "k",
+                "tokenizer.ggml.tokens",
+            ]
+        )
+        | st.text(max_size=8)
+    )
     shape = draw(st.sampled_from(["scalar", "string", "array", "strings", "nested", "unknown", "lying-string"]))
     if shape == "scalar":
         kind = draw(scalar_kind)
@@ -210,10 +262,20 @@ def entries(draw) -> bytes:
     if shape == "array":
         kind = draw(scalar_kind)
         n = draw(st.integers(0, 64))
-        return array(key, kind, draw(st.sampled_from([n, 2**31, 2**62, 2**63, 2**64 - 1])), bytes(n * struct.calcsize(SCALAR_FORMATS[kind])))
+        return array(
+            key,
+            kind,
+            draw(st.sampled_from([n, 2**31, 2**62, 2**63, 2**64 - 1])),
+            bytes(n * struct.calcsize(SCALAR_FORMATS[kind])),
+        )
     if shape == "strings":
         items = draw(st.lists(st.binary(max_size=8), max_size=16))
-        return array(key, STRING, draw(st.sampled_from([len(items), len(items) + 1, 2**40, 2**64 - 1])), b"".join(string(i) for i in items))
+        return array(
+            key,
+            STRING,
+            draw(st.sampled_from([len(items), len(items) + 1, 2**40, 2**64 - 1])),
+            b"".join(string(i) for i in items),
+        )
     if shape == "nested":
         return nested_array(key, draw(st.integers(1, 3000)))
     return kv(key, draw(st.integers(13, 2**32 - 1)), draw(st.binary(max_size=16)))
@@ -221,24 +283,43 @@ def entries(draw) -> bytes:
 
 @st.composite
 def tensors(draw) -> bytes:
-    name = draw(st.sampled_from(["blk.0.w", "blk.1.w", "output.weight", "token_embd.weight", "blk.99999999999999.w"]) | st.text(max_size=70))
+    name = draw(
+        st.sampled_from(["blk.0.w", "blk.1.w", "output.weight", "token_embd.weight", "blk.99999999999999.w"])
+        | st.text(max_size=70)
+    )
     n_dims = draw(st.integers(0, 6) | st.sampled_from([40_000, 100_000, 2**32 - 1]))
     declared = n_dims if draw(st.booleans()) else draw(st.integers(0, 2**32 - 1))
     dim = draw(count)
     dims = u64(dim) * min(n_dims, 100_000)  # many equal dimensions: cheap to build, costly to multiply
-    return string(name) + u32(declared) + dims + u32(draw(st.integers(0, 45) | st.integers(0, 2**32 - 1))) + u64(draw(count))
+    return (
+        string(name)
+        + u32(declared)
+        + dims
+        + u32(draw(st.integers(0, 45) | st.integers(0, 2**32 - 1)))
+        + u64(draw(count))
+    )
 
 
 @fuzz("assembled")
-@given(kvs=st.lists(entries(), max_size=6), described=st.lists(tensors(), max_size=4), version=st.sampled_from([1, 2, 3, 3, 3, 4]),
-       n_kv=st.none() | count, n_tensors=st.none() | count, tail=st.binary(max_size=256))
+@given(
+    kvs=st.lists(entries(), max_size=6),
+    described=st.lists(tensors(), max_size=4),
+    version=st.sampled_from([1, 2, 3, 3, 3, 4]),
+    n_kv=st.none() | count,
+    n_tensors=st.none() | count,
+    tail=st.binary(max_size=256),
+)
 def test_assembled_headers_give_a_header_or_the_readers_error_in_time(kvs, described, version, n_kv, n_tensors, tail):
     _check(header(kvs, described, version=version, n_kv=n_kv, n_tensors=n_tensors) + tail)
 
 
 # ---- random bytes -----------------------------------------------------------------------------------
 
+
 @fuzz("random")
-@given(prefix=st.sampled_from([b"", b"GGUF", b"GGUF\x03\x00\x00\x00", b"GGUF\x02\x00\x00\x00"]), body=st.binary(max_size=512))
+@given(
+    prefix=st.sampled_from([b"", b"GGUF", b"GGUF\x03\x00\x00\x00", b"GGUF\x02\x00\x00\x00"]),
+    body=st.binary(max_size=512),
+)
 def test_random_bytes_give_a_header_or_the_readers_error_in_time(prefix, body):
     _check(prefix + body)

@@ -37,7 +37,7 @@ from gguf_bytes import (
 from test_cli_run import one_line_error
 
 from specrun.errors import ModelFileError
-from specrun.models.gguf_header import Corrupt, Truncated, check_complete, parse_header, read_header
+from specrun.models.gguf_header import Corrupt, Truncated, check_complete, parse_header
 from specrun.models.modelfile import check_gguf_file
 from specrun.models.sizes import model_size
 
@@ -58,11 +58,17 @@ def cpu_seconds(fn, *args):
 # name → (bytes, words the message must hold). Each is refused by the header walk itself.
 NONSENSE = {
     # 40,000 dimensions of 2^32: multiplying them out took seconds (quadratic in their number)
-    "forty-thousand-dims": (header([], [string("t") + u32(40_000) + u64(2**32) * 40_000 + u32(0) + u64(0)]), ["40000 dimensions", "at most 4"]),
+    "forty-thousand-dims": (
+        header([], [string("t") + u32(40_000) + u64(2**32) * 40_000 + u32(0) + u64(0)]),
+        ["40000 dimensions", "at most 4"],
+    ),
     "five-dims": (model([], [("t", (1, 1, 1, 1, 1))]), ["5 dimensions"]),
     "nested-1200-deep": (header([nested_array("k", 1200)]), ["array of arrays"]),
     "nested-2-deep": (header([nested_array("k", 1)]), ["array of arrays"]),
-    "alignment-inf": (model([scalar("general.alignment", FLOAT32, math.inf)], [("t", (8,))]), ["general.alignment", "uint32"]),
+    "alignment-inf": (
+        model([scalar("general.alignment", FLOAT32, math.inf)], [("t", (8,))]),
+        ["general.alignment", "uint32"],
+    ),
     "alignment-nan": (model([scalar("general.alignment", FLOAT32, math.nan)]), ["general.alignment"]),
     "alignment-zero": (header([scalar("general.alignment", UINT32, 0)]), ["general.alignment is 0", "power of two"]),
     "alignment-three": (header([scalar("general.alignment", UINT32, 3)]), ["power of two"]),
@@ -89,7 +95,10 @@ CUT_SHORT = {
     "tensor-count-2^40": (header([], n_tensors=2**40) + bytes(64), ["1099511627776 tensor descriptions"]),
     "string-array-2^60": (header([array("k", STRING, 2**60, bytes(64))]), ["the array 'k'"]),
     "int-array-2^60": (header([array("k", INT32, 2**60, bytes(64))]), ["the array 'k'"]),
-    "string-array-lying-length": (header([array("k", STRING, 3, string("a") + string("b", length=10**9) + bytes(64))]), ["runs past the end"]),
+    "string-array-lying-length": (
+        header([array("k", STRING, 3, string("a") + string("b", length=10**9) + bytes(64))]),
+        ["runs past the end"],
+    ),
 }
 
 
@@ -121,14 +130,32 @@ def test_lengths_beyond_the_bytes_left_are_refused_at_once(tmp_path, name):
 
 # Valid headers whose numbers specrun's size arithmetic cannot use.
 BAD_COUNTS = {
-    "block-count-inf": (minimal_llama(block_count=None, extra=[scalar("llama.block_count", FLOAT32, math.inf)]), "llama.block_count is inf"),
-    "block-count-nan": (minimal_llama(block_count=None, extra=[scalar("llama.block_count", FLOAT32, math.nan)]), "llama.block_count is nan"),
-    "block-count-float": (minimal_llama(block_count=None, extra=[scalar("llama.block_count", FLOAT32, 2.0)]), "llama.block_count is 2.0"),
+    "block-count-inf": (
+        minimal_llama(block_count=None, extra=[scalar("llama.block_count", FLOAT32, math.inf)]),
+        "llama.block_count is inf",
+    ),
+    "block-count-nan": (
+        minimal_llama(block_count=None, extra=[scalar("llama.block_count", FLOAT32, math.nan)]),
+        "llama.block_count is nan",
+    ),
+    "block-count-float": (
+        minimal_llama(block_count=None, extra=[scalar("llama.block_count", FLOAT32, 2.0)]),
+        "llama.block_count is 2.0",
+    ),
     "block-count-100000": (minimal_llama(block_count=100_000), "from 0 to 512"),
-    "head-count-negative": (minimal_llama(extra=[scalar("llama.attention.head_count_kv", INT32, -4)]), "head_count_kv is -4"),
-    "key-length-2^40": (minimal_llama(extra=[scalar("llama.attention.key_length", UINT64, 2**40)]), "key_length is 1099511627776"),
+    "head-count-negative": (
+        minimal_llama(extra=[scalar("llama.attention.head_count_kv", INT32, -4)]),
+        "head_count_kv is -4",
+    ),
+    "key-length-2^40": (
+        minimal_llama(extra=[scalar("llama.attention.key_length", UINT64, 2**40)]),
+        "key_length is 1099511627776",
+    ),
     # no block count and a tensor of layer 10^7: the layer table was built entry by entry up to it
-    "layer-ten-million": (minimal_llama(block_count=None, tensors=(("blk.10000000.attn_norm.weight", (8,)),)), "layer 10000000"),
+    "layer-ten-million": (
+        minimal_llama(block_count=None, tensors=(("blk.10000000.attn_norm.weight", (8,)),)),
+        "layer 10000000",
+    ),
 }
 
 
@@ -170,7 +197,11 @@ def test_a_header_of_every_kind_reads_as_the_gguf_package_wrote_it(tmp_path):
     writer.close()
     head = check_complete(path)
     assert head.metadata["u8"] == 200 and head.metadata["i8"] == -100 and head.metadata["u16"] == 60_000
-    assert head.metadata["i16"] == -30_000 and head.metadata["u32"] == 4_000_000_000 and head.metadata["i32"] == -2_000_000_000
+    assert (
+        head.metadata["i16"] == -30_000
+        and head.metadata["u32"] == 4_000_000_000
+        and head.metadata["i32"] == -2_000_000_000
+    )
     assert head.metadata["f32"] == 0.5 and head.metadata["u64"] == 2**64 - 1 and head.metadata["i64"] == -(2**63)
     assert head.metadata["f64"] == -1e300 and head.metadata["yes"] is True and head.metadata["name"] == "héllo"
     assert head.array_lengths == {"strings": 3, "ints": 4}
@@ -206,8 +237,12 @@ def test_parse_header_takes_bytes_and_refuses_what_is_not_gguf():
 @pytest.fixture
 def crafted(tmp_path) -> dict[str, Path]:
     out = {}
-    for name, data in (("dims", NONSENSE["forty-thousand-dims"][0]), ("nested", NONSENSE["nested-1200-deep"][0]),
-                       ("alignment", NONSENSE["alignment-inf"][0]), ("block-count", BAD_COUNTS["block-count-inf"][0])):
+    for name, data in (
+        ("dims", NONSENSE["forty-thousand-dims"][0]),
+        ("nested", NONSENSE["nested-1200-deep"][0]),
+        ("alignment", NONSENSE["alignment-inf"][0]),
+        ("block-count", BAD_COUNTS["block-count-inf"][0]),
+    ):
         out[name] = tmp_path / f"{name}.gguf"
         out[name].write_bytes(data)
     return out
@@ -220,7 +255,9 @@ def test_check_says_one_line_and_exits_2(crafted, tiny_target, name):
 
 @pytest.mark.parametrize("name", ["dims", "nested", "block-count"])
 def test_run_says_one_line_and_exits_2(crafted, name):
-    one_line_error(specrun("run", "hi", "--target", crafted[name], "--draft", "none", "-n", "1"), 2, "not a readable GGUF model")
+    one_line_error(
+        specrun("run", "hi", "--target", crafted[name], "--draft", "none", "-n", "1"), 2, "not a readable GGUF model"
+    )
 
 
 def test_interesting_numbers_are_what_the_format_says():

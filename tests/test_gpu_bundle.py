@@ -27,13 +27,22 @@ BUNDLE = os.environ.get("SPECRUN_TEST_BUNDLE", "")
 
 SCRIPT = REPO / "scripts" / "gpu-bundle.sh"
 # An index that refuses every connection: pip may only read the bundle.
-NO_NETWORK = {"PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0",
-              "PIP_TIMEOUT": "2", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+NO_NETWORK = {
+    "PIP_CONFIG_FILE": os.devnull,
+    "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+    "PIP_RETRIES": "0",
+    "PIP_TIMEOUT": "2",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+}
 
-pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("git") is None,
-                                reason="needs bash and git")
-needs_bundle = pytest.mark.skipif(not BUNDLE, reason="needs SPECRUN_TEST_BUNDLE=DIR, a bundle made by "
-                                  "scripts/gpu-bundle.sh for this Python with --present '' (see this file's docstring)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("bash") is None or shutil.which("git") is None, reason="needs bash and git"
+)
+needs_bundle = pytest.mark.skipif(
+    not BUNDLE,
+    reason="needs SPECRUN_TEST_BUNDLE=DIR, a bundle made by "
+    "scripts/gpu-bundle.sh for this Python with --present '' (see this file's docstring)",
+)
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -43,8 +52,13 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def bundle(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], env=clean_env(PYTHON=sys.executable, **env),
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        env=clean_env(PYTHON=sys.executable, **env),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def travelled_tree(tmp_path: Path) -> Path:
@@ -70,12 +84,19 @@ def test_fresh_venv_installs_specrun_from_the_bundle_offline_and_runs_doctor(tmp
     tree = travelled_tree(tmp_path)
     venv = tmp_path / "venv"
     env = clean_env(SPECRUN_BUNDLE=BUNDLE, SPECRUN_VENV=str(venv), PYTHON=str(bare_python(tmp_path)))
-    setup = subprocess.run(["bash", str(tree / "scripts" / "setup.sh")], env=env, capture_output=True, text=True,
-                           timeout=900)
+    setup = subprocess.run(
+        ["bash", str(tree / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=900
+    )
     assert setup.returncode == 0, setup.stdout + setup.stderr
     assert "(no build)" in setup.stdout and "building it from source" not in setup.stdout
-    doctor = subprocess.run([str(venv / "bin" / "specrun"), "doctor", "--json"], env=env, capture_output=True,
-                            text=True, timeout=300, cwd=tmp_path)
+    doctor = subprocess.run(
+        [str(venv / "bin" / "specrun"), "doctor", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert doctor.returncode == 0, doctor.stderr
     report = json.loads(doctor.stdout)
     assert report["llama_cpp"]["rpc"] is True and report["backends"]
@@ -87,10 +108,16 @@ def test_fresh_venv_installs_specrun_from_the_bundle_offline_and_runs_doctor(tmp
 def test_a_given_wheel_without_the_backend_asked_for_is_refused_in_one_line(tmp_path):
     # The bundle's wheel is a CPU build; asked for CUDA, setup.sh installs it, checks it, and stops.
     tree = travelled_tree(tmp_path)
-    env = clean_env(SPECRUN_BUNDLE=BUNDLE, SPECRUN_VENV=str(tmp_path / "venv"), PYTHON=str(bare_python(tmp_path)),
-                    SPECRUN_BACKEND="cuda", CMAKE_CUDA_ARCHITECTURES="90")
-    setup = subprocess.run(["bash", str(tree / "scripts" / "setup.sh")], env=env, capture_output=True, text=True,
-                           timeout=900)
+    env = clean_env(
+        SPECRUN_BUNDLE=BUNDLE,
+        SPECRUN_VENV=str(tmp_path / "venv"),
+        PYTHON=str(bare_python(tmp_path)),
+        SPECRUN_BACKEND="cuda",
+        CMAKE_CUDA_ARCHITECTURES="90",
+    )
+    setup = subprocess.run(
+        ["bash", str(tree / "scripts" / "setup.sh")], env=env, capture_output=True, text=True, timeout=900
+    )
     assert setup.returncode == 1, setup.stdout + setup.stderr
     errors = [line for line in setup.stderr.splitlines() if line.startswith("setup:")]
     assert len(errors) == 1 and "does not fit: the llama-cpp-python build has no cuda backend" in errors[0]
@@ -105,8 +132,16 @@ def llama_wheel_of(folder: str) -> Path:
 def test_bundle_remade_from_its_own_wheels_names_each_file_and_the_total(tmp_path):
     # pip finds everything in the bundle, so this runs offline; with nothing present, every wheel returns.
     out = tmp_path / "again"
-    result = bundle("--python-version", "%d.%d" % sys.version_info[:2], "--present", "", str(out),
-                    str(llama_wheel_of(BUNDLE)), PIP_FIND_LINKS=BUNDLE, PIP_NO_INDEX="1")
+    result = bundle(
+        "--python-version",
+        f"{sys.version_info[0]}.{sys.version_info[1]}",
+        "--present",
+        "",
+        str(out),
+        str(llama_wheel_of(BUNDLE)),
+        PIP_FIND_LINKS=BUNDLE,
+        PIP_NO_INDEX="1",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in Path(BUNDLE).iterdir())
     total = next(line for line in result.stdout.splitlines() if "MiB of the 56 MiB allowed" in line)
@@ -117,7 +152,7 @@ def test_bundle_remade_from_its_own_wheels_names_each_file_and_the_total(tmp_pat
 @needs_bundle
 def test_bundle_leaves_out_what_the_machine_has_and_fails_over_the_size_limit(tmp_path):
     out = tmp_path / "small"
-    version = "%d.%d" % sys.version_info[:2]
+    version = f"{sys.version_info[0]}.{sys.version_info[1]}"
     wheel = str(llama_wheel_of(BUNDLE))
     offline = {"PIP_FIND_LINKS": BUNDLE, "PIP_NO_INDEX": "1"}
     result = bundle("--python-version", version, "--present", "numpy pydantic", str(out), wheel, **offline)
@@ -131,15 +166,18 @@ def test_bundle_leaves_out_what_the_machine_has_and_fails_over_the_size_limit(tm
     assert "over 1 MiB" in over.stderr and "Traceback" not in over.stderr
 
 
-@pytest.mark.parametrize("args, says", [
-    ([], "usage:"),
-    (["DIR"], "usage:"),
-    (["--limit-mib", "lots", "DIR", "WHEEL"], "--limit-mib lots is not a whole number"),
-    (["--python-version", "12", "DIR", "WHEEL"], "--python-version 12 is not of the form 3.NN"),
-    (["DIR", "numpy-2.0-cp311-none-any.whl"], "is not a llama_cpp_python-*.whl wheel"),
-    (["DIR", "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"], "is not a file"),
-    (["DIR", "."], "holds no llama_cpp_python-*.whl"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        ([], "usage:"),
+        (["DIR"], "usage:"),
+        (["--limit-mib", "lots", "DIR", "WHEEL"], "--limit-mib lots is not a whole number"),
+        (["--python-version", "12", "DIR", "WHEEL"], "--python-version 12 is not of the form 3.NN"),
+        (["DIR", "numpy-2.0-cp311-none-any.whl"], "is not a llama_cpp_python-*.whl wheel"),
+        (["DIR", "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"], "is not a file"),
+        (["DIR", "."], "holds no llama_cpp_python-*.whl"),
+    ],
+)
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path, args, says):
     given = [str(tmp_path / a) if a in ("DIR", "WHEEL") or a.endswith(".whl") or a == "." else a for a in args]
     (tmp_path / "numpy-2.0-cp311-none-any.whl").write_bytes(b"")

@@ -32,12 +32,20 @@ needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash
 
 def fake_bench(mode: str, ks, rates) -> dict:
     configs = configurations(["off", mode], ks, [0.0], synthetic=rates)
-    return fake_doc(run_bench(FakeEngine(), prompts(("a" * 5, "code")), configs,
-                              BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=20))))
+    return fake_doc(
+        run_bench(
+            FakeEngine(),
+            prompts(("a" * 5, "code")),
+            configs,
+            BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=20)),
+        )
+    )
 
 
 def summarise(work: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SUMMARY), str(work)], capture_output=True, text=True, timeout=60, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, str(SUMMARY), str(work)], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
 
 
 def test_the_summary_has_every_table_and_the_plot(tmp_path):
@@ -69,32 +77,60 @@ def test_the_summary_refuses_a_missing_folder(tmp_path):
 
 
 @needs_bash
-@pytest.mark.parametrize("env, expected", [
-    ({"SPECRUN_BACKEND": "metal"}, "SPECRUN_BACKEND=metal is not cuda or cpu"),
-    ({"SPECRUN_BACKEND": "cpu"}, "pass SPECRUN_BUNDLE=DIR"),
-    ({"SPECRUN_BACKEND": "cpu", "SPECRUN_BUNDLE": "x", "SPECRUN_GPU_SHAPES": "one"}, "needs two shapes"),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"SPECRUN_BACKEND": "metal"}, "SPECRUN_BACKEND=metal is not cuda or cpu"),
+        ({"SPECRUN_BACKEND": "cpu"}, "pass SPECRUN_BUNDLE=DIR"),
+        ({"SPECRUN_BACKEND": "cpu", "SPECRUN_BUNDLE": "x", "SPECRUN_GPU_SHAPES": "one"}, "needs two shapes"),
+    ],
+)
 def test_the_script_refuses_bad_settings_in_one_line(env, expected, tmp_path):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SPECRUN_", "PIP_"))}
-    result = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60,
-                            env={**clean, "SPECRUN_GPU_WORK": str(tmp_path / "work"), **env})
+    result = subprocess.run(
+        ["bash", str(SCRIPT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**clean, "SPECRUN_GPU_WORK": str(tmp_path / "work"), **env},
+    )
     assert result.returncode == 2 and expected in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "work").exists()  # refused before anything was written
 
 
 @needs_bash
-@pytest.mark.skipif(not BUNDLE, reason="needs SPECRUN_TEST_BUNDLE=DIR, a bundle for this Python (see this file's docstring)")
+@pytest.mark.skipif(
+    not BUNDLE, reason="needs SPECRUN_TEST_BUNDLE=DIR, a bundle for this Python (see this file's docstring)"
+)
 def test_a_cut_down_rehearsal_runs_end_to_end_on_the_cpu(tmp_path):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SPECRUN_", "PIP_", "VIRTUAL_ENV"))}
-    env = {**clean, "SPECRUN_BACKEND": "cpu", "SPECRUN_BUNDLE": BUNDLE, "SPECRUN_GPU_WORK": str(tmp_path / "work"),
-           "SPECRUN_GPU_SHAPES": "tiny-qwen2 tiny-qwen2", "SPECRUN_GPU_TOKENS": "8", "SPECRUN_GPU_RATES": "0.8",
-           "SPECRUN_GPU_KS": "2", "SPECRUN_GPU_THREADS": "1"}
+    env = {
+        **clean,
+        "SPECRUN_BACKEND": "cpu",
+        "SPECRUN_BUNDLE": BUNDLE,
+        "SPECRUN_GPU_WORK": str(tmp_path / "work"),
+        "SPECRUN_GPU_SHAPES": "tiny-qwen2 tiny-qwen2",
+        "SPECRUN_GPU_TOKENS": "8",
+        "SPECRUN_GPU_RATES": "0.8",
+        "SPECRUN_GPU_KS": "2",
+        "SPECRUN_GPU_THREADS": "1",
+    }
     result = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=1200, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     work = tmp_path / "work"
     text = (work / "summary.md").read_text()
     stages = [line.split("\t")[0] for line in (work / "stages.tsv").read_text().splitlines()]
-    assert stages == ["preflight", "install", "models", "doctor", "bench-draft", "bench-self", "bench-auto", "bench-mtp",
-                      "serve", "summary"]
+    assert stages == [
+        "preflight",
+        "install",
+        "models",
+        "doctor",
+        "bench-draft",
+        "bench-self",
+        "bench-auto",
+        "bench-mtp",
+        "serve",
+        "summary",
+    ]
     assert "draft K=2 synthetic 0.8" in text and "## Server" in text and "## What auto picked" in text
     assert (work / "speedup-acceptance.svg").is_file()

@@ -51,8 +51,9 @@ def bin_dir(tmp_path) -> Path:
 def gpu_wheel(repo: Path, bin_dir: Path, *args: str, arch: str = "x86_64") -> subprocess.CompletedProcess:
     fake_tool(bin_dir, "uname", f'case "$1" in -m) echo {arch};; *) echo Linux;; esac')
     env = {"PATH": str(bin_dir), "HOME": str(repo.parent), "SPECRUN_GPU_WHEEL_WORK": str(repo.parent / "work")}
-    return subprocess.run([BASH, str(repo / "scripts" / "gpu-wheel.sh"), *args], env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [BASH, str(repo / "scripts" / "gpu-wheel.sh"), *args], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def one_line(result: subprocess.CompletedProcess) -> str:

@@ -34,8 +34,11 @@ def test_import_contracts_hold():
 
 
 def test_only_the_engine_calls_llama_cpp():
-    callers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                     if any(m.split(".")[0] == "llama_cpp" for m in imported_modules(p)))
+    callers = sorted(
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*.py")
+        if any(m.split(".")[0] == "llama_cpp" for m in imported_modules(p))
+    )
     assert callers and all(c.startswith("engine/") for c in callers), callers
 
 
@@ -85,7 +88,7 @@ def test_no_module_of_the_package_imports_itself_in_a_circle():
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycles.append(trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt])
+                cycles.append(trail[trail.index(nxt) :] + [nxt] if nxt in trail else [node, nxt])
             elif nxt not in state:
                 visit(nxt, trail + [nxt])
         state[node] = 2

@@ -34,14 +34,18 @@ def test_stream_yields_the_same_text_step_by_step(pair):
 
 
 def test_every_mode_and_the_default_agree_at_temperature_zero(pair):
-    texts = {mode: specrun.generate(pair, "abc abc abc", mode=mode, max_tokens=20, temperature=0, ignore_eos=True).text
-             for mode in ("off", "draft", "ngram", "hybrid", "auto", None)}
+    texts = {
+        mode: specrun.generate(pair, "abc abc abc", mode=mode, max_tokens=20, temperature=0, ignore_eos=True).text
+        for mode in ("off", "draft", "ngram", "hybrid", "auto", None)
+    }
     assert len(set(texts.values())) == 1
 
 
 def test_a_seed_reproduces_sampled_text_and_another_seed_changes_it(pair):
     def sample(seed: int) -> str:
-        return specrun.generate(pair, "once upon", mode="draft", max_tokens=24, temperature=1.0, seed=seed, ignore_eos=True).text
+        return specrun.generate(
+            pair, "once upon", mode="draft", max_tokens=24, temperature=1.0, seed=seed, ignore_eos=True
+        ).text
 
     assert sample(3) == sample(3)
     assert len({sample(s) for s in range(4)}) > 1

@@ -113,22 +113,28 @@ def test_pull_errors(capsys, world):
     assert code == 2 and "malformed" in err
 
 
-def test_a_registry_model_named_like_a_path_is_refused_before_anything_is_written(capsys, isolated, tmp_path, tiny_draft, monkeypatch):
+def test_a_registry_model_named_like_a_path_is_refused_before_anything_is_written(
+    capsys, isolated, tmp_path, tiny_draft, monkeypatch
+):
     payload = tiny_draft.read_bytes()
     site = tmp_path / "site"
     site.mkdir()
     monkeypatch.syspath_prepend(str(site))
     prefix = f"evilchunk-{abs(hash(str(tmp_path))) % 10**8}"
     make_chunk_dists(site, payload, prefix, 2)
-    reg = write_registry(tmp_path / "evil.toml", f'[[model]]\nname = "../../x"\nbundle = {bundle_toml(prefix, 2, payload)}\n')
+    reg = write_registry(
+        tmp_path / "evil.toml", f'[[model]]\nname = "../../x"\nbundle = {bundle_toml(prefix, 2, payload)}\n'
+    )
     outside = isolated / "cache"  # $XDG_CACHE_HOME: specrun/models/../../x.gguf lands here
     victim = outside / ".x.gguf.1234.tmp"  # a name the stale-temp cleanup would have deleted
     victim.write_text("someone else's file")
     before = sorted(p.name for p in outside.iterdir())
     code, out, err = invoke(capsys, "pull", "../../x", "--registry", str(reg))
     assert code == 2 and out == ""
-    assert err.strip() == (f"specrun: error: [[model]] #1 in {reg} has the name '../../x', which cannot be a file name "
-                           "(use only letters, digits and . _ + -, and not . or ..)")
+    assert err.strip() == (
+        f"specrun: error: [[model]] #1 in {reg} has the name '../../x', which cannot be a file name "
+        "(use only letters, digits and . _ + -, and not . or ..)"
+    )
     assert victim.read_text() == "someone else's file" and sorted(p.name for p in outside.iterdir()) == before
 
 
@@ -150,7 +156,11 @@ def test_pull_prints_the_sha256_of_what_it_downloaded(capsys, world, monkeypatch
     assert code == 0 and Path(out.strip()).read_bytes() == data
     assert f"remote: sha256 {sha}\n" in err
     code, out, err = invoke(capsys, "pull", "hf:o/other/x.gguf", "--json")
-    assert code == 0 and json.loads(out)["pulled"][0]["sha256"] == [sha] and json.loads(out)["pulled"][0]["was"] == "fetched"
+    assert (
+        code == 0
+        and json.loads(out)["pulled"][0]["sha256"] == [sha]
+        and json.loads(out)["pulled"][0]["was"] == "fetched"
+    )
     code, _, err = invoke(capsys, "pull", "remote", "--registry", str(world))  # present now: named by its cache blob
     assert code == 0 and f"remote: already present, sha256 {sha}" in err
 
@@ -165,17 +175,30 @@ def test_pull_prints_one_sha256_per_shard_of_a_split_model(capsys, isolated, mon
     assert f"hf:o/split/{names[0]}: sha256 {digests[0]}, {digests[1]}\n" in err  # in shard order, to paste as a list
     code, out, _ = invoke(capsys, "pull", f"hf:o/split/{names[0]}", "--json")
     assert code == 0 and json.loads(out)["pulled"][0] | {"path": None} == {
-        "name": f"hf:o/split/{names[0]}", "path": None, "was": "present", "sha256": digests}
+        "name": f"hf:o/split/{names[0]}",
+        "path": None,
+        "was": "present",
+        "sha256": digests,
+    }
 
 
-def test_pull_of_a_download_that_differs_from_its_pin_exits_1_with_one_line(capsys, isolated, tmp_path, monkeypatch, tiny_other):
+def test_pull_of_a_download_that_differs_from_its_pin_exits_1_with_one_line(
+    capsys, isolated, tmp_path, monkeypatch, tiny_other
+):
     data = tiny_other.read_bytes()
     fake_hub(monkeypatch, {"r.gguf": data}, [])
-    reg = write_registry(tmp_path / "pin.toml", f'[[model]]\nname = "pinned"\nhf = {{ repo = "o/p", file = "r.gguf", sha256 = "{"e" * 64}" }}\n')
+    reg = write_registry(
+        tmp_path / "pin.toml",
+        f'[[model]]\nname = "pinned"\nhf = {{ repo = "o/p", file = "r.gguf", sha256 = "{"e" * 64}" }}\n',
+    )
     code, out, err = invoke(capsys, "pull", "pinned", "--registry", str(reg))
     errors = [line for line in err.splitlines() if "error" in line]  # the other stderr line: "verifying …" progress
-    assert code == 1 and out == "" and len(errors) == 1 and errors[0].startswith("specrun: error: o/p/r.gguf has sha256")
-    assert f"sha256 {hashlib.sha256(data).hexdigest()}, but the registry pins {'e' * 64}; the download was deleted" in err
+    assert (
+        code == 1 and out == "" and len(errors) == 1 and errors[0].startswith("specrun: error: o/p/r.gguf has sha256")
+    )
+    assert (
+        f"sha256 {hashlib.sha256(data).hexdigest()}, but the registry pins {'e' * 64}; the download was deleted" in err
+    )
     assert not list((isolated / "hf" / "models--o--p" / "blobs").iterdir())
 
 
@@ -193,10 +216,17 @@ def test_check_compatible_and_not(capsys, isolated, tmp_path, tiny_target, tiny_
     bad = write_tiny_gguf(tmp_path / "bos.gguf", bos_id=265)
     code, out, _ = invoke(capsys, "check", str(tiny_target), str(bad))
     assert code == 0  # no token means the same, but the text does: it drafts through text
-    assert "incompatible tokens: BOS id: target 264, draft 265" in out and out.strip().splitlines()[-1].startswith("drafts through text")
+    assert "incompatible tokens: BOS id: target 264, draft 265" in out and out.strip().splitlines()[-1].startswith(
+        "drafts through text"
+    )
     code, out, _ = invoke(capsys, "check", str(tiny_target), str(bad), "--json")
     doc = json.loads(out)
-    assert code == 0 and doc["compatible"] is False and doc["drafting"] == "text" and doc["first_failure"].startswith("BOS id")
+    assert (
+        code == 0
+        and doc["compatible"] is False
+        and doc["drafting"] == "text"
+        and doc["first_failure"].startswith("BOS id")
+    )
     assert [r["rule"] for r in doc["rules"]][:2] == ["vocab type", "add BOS"]
     lossy = write_tiny_gguf(tmp_path / "lossy.gguf", bos_id=265, token_overrides={0xF0: "[lost]"})
     code, out, _ = invoke(capsys, "check", str(tiny_target), str(lossy), "--json")
@@ -230,7 +260,9 @@ def test_drafts_lists_compatible_local_files_smallest_first(capsys, isolated, tm
     shutil.copy(small, models / "split-00002-of-00002.gguf")  # a later shard is never a candidate
     (models / "broken.gguf").write_text("not a model")
     shutil.copy(target, models / "target-copy.gguf")  # same size as the target: not smaller
-    hf = populate_hf_cache(isolated / "hf", "o/tiny", "other.gguf", write_tiny_gguf(tmp_path / "x.gguf", seed=5, n_layer=1).read_bytes())
+    hf = populate_hf_cache(
+        isolated / "hf", "o/tiny", "other.gguf", write_tiny_gguf(tmp_path / "x.gguf", seed=5, n_layer=1).read_bytes()
+    )
 
     code, out, err = invoke(capsys, "drafts", str(target), "--search", str(models), "--json")
     assert code == 0, err
@@ -238,9 +270,15 @@ def test_drafts_lists_compatible_local_files_smallest_first(capsys, isolated, tm
     assert doc["target"] == str(target)
     found = [(Path(d["path"]).name, d["found_in"]) for d in doc["drafts"]]
     tokens = [d for d in doc["drafts"] if d["drafting"] == "token"]
-    assert set(found) == {("small.gguf", str(models)), ("other.gguf", "HF cache (o/tiny)"), ("medium.gguf", str(models)),
-                          ("wrong-bos.gguf", str(models))}
-    assert doc["drafts"][: len(tokens)] == tokens and [d["drafting"] for d in doc["drafts"][len(tokens):]] == ["text"]  # text-level ones after
+    assert set(found) == {
+        ("small.gguf", str(models)),
+        ("other.gguf", "HF cache (o/tiny)"),
+        ("medium.gguf", str(models)),
+        ("wrong-bos.gguf", str(models)),
+    }
+    assert doc["drafts"][: len(tokens)] == tokens and [d["drafting"] for d in doc["drafts"][len(tokens) :]] == [
+        "text"
+    ]  # text-level ones after
     sizes = [d["size"] for d in tokens]
     assert sizes == sorted(sizes) and Path(tokens[-1]["path"]) == medium
     assert all(0 < d["ratio"] < 1 and d["compatible"] for d in tokens)
@@ -312,8 +350,12 @@ def test_drafts_skips_unreadable_files_with_one_line_each_and_lists_the_rest(cap
     target = write_tiny_gguf(tmp_path / "target.gguf", seed=0, n_layer=4)
     write_tiny_gguf(models / "a-good.gguf", seed=1, n_layer=1)
     (models / "b-nested.gguf").write_bytes(header([nested_array("k", 1200)]))
-    (models / "c-alignment.gguf").write_bytes(model([scalar("general.alignment", FLOAT32, float("inf"))], [("t", (8,))]))
-    (models / "d-dims.gguf").write_bytes(header([], [string("t") + u32(40_000) + u64(2**32) * 40_000 + u32(0) + u64(0)]))
+    (models / "c-alignment.gguf").write_bytes(
+        model([scalar("general.alignment", FLOAT32, float("inf"))], [("t", (8,))])
+    )
+    (models / "d-dims.gguf").write_bytes(
+        header([], [string("t") + u32(40_000) + u64(2**32) * 40_000 + u32(0) + u64(0)])
+    )
     write_tiny_gguf(models / "e-good.gguf", seed=2, n_layer=2)
     bad = ["b-nested.gguf", "c-alignment.gguf", "d-dims.gguf"]
 

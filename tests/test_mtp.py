@@ -75,7 +75,9 @@ def test_sampled_first_two_tokens_follow_the_target_distribution(mtp_pair, mode)
         session.costs, session._auto = HEAD_PAYS, None
 
     try:
-        chi2, drafted, detail = sampled_fit(mtp_pair, mtp_pair.prompt_tokens(SAMPLED, chat=False), mode, afresh, sampling=WARM)
+        chi2, drafted, detail = sampled_fit(
+            mtp_pair, mtp_pair.prompt_tokens(SAMPLED, chat=False), mode, afresh, sampling=WARM
+        )
     finally:
         session.costs, session._auto = saved
     assert (drafted > RUNS // 10) == (mode != "off")
@@ -103,27 +105,39 @@ def test_every_mode_runs_on_hybrid_and_sliding_window_targets(request, hybrid_dr
             assert doc["text"] == plain["text"], mode
 
 
-def test_serve_answers_four_concurrent_requests_as_alone(hybrid_mtp_target, swa_target, chained_mtp_target, gemma4_target,
-                                                        gemma4_assistant):
+def test_serve_answers_four_concurrent_requests_as_alone(
+    hybrid_mtp_target, swa_target, chained_mtp_target, gemma4_target, gemma4_assistant
+):
     import threading
 
     import openai
     from serve_helpers import FLAT_COSTS, WAIT, load_pair, served
 
     prompts = ["hello", "abc abc abc abc", PROMPT, "def f(x):"]
-    for target, draft, mode in ((hybrid_mtp_target, None, "mtp"), (swa_target, None, "ngram"), (chained_mtp_target, None, "mtp"),
-                                (gemma4_target, gemma4_assistant, "mtp")):
+    for target, draft, mode in (
+        (hybrid_mtp_target, None, "mtp"),
+        (swa_target, None, "ngram"),
+        (chained_mtp_target, None, "mtp"),
+        (gemma4_target, gemma4_assistant, "mtp"),
+    ):
         pair = load_pair(target, draft)
         try:
             with served(pair, costs=FLAT_COSTS, parallel=4, mode=mode, draft_max=4) as running:
                 client = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=WAIT)
 
-                def complete(prompt: str) -> str:
-                    return client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=0).choices[0].text
+                def complete(prompt: str, client=client) -> str:
+                    return (
+                        client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=0)
+                        .choices[0]
+                        .text
+                    )
 
                 alone = [complete(p) for p in prompts]
                 together: dict[int, str] = {}
-                threads = [threading.Thread(target=lambda i=i, p=p: together.__setitem__(i, complete(p))) for i, p in enumerate(prompts)]
+                threads = [
+                    threading.Thread(target=lambda i=i, p=p, together=together: together.__setitem__(i, complete(p)))
+                    for i, p in enumerate(prompts)
+                ]
                 for thread in threads:
                     thread.start()
                 for thread in threads:
@@ -152,7 +166,9 @@ def test_serve_runs_every_mode_on_hybrid_and_sliding_window_targets(request, hyb
             got: dict[int, object] = {}
 
             def complete(i: int, prompt: str) -> None:
-                got[i] = client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=temperature, seed=i)
+                got[i] = client.completions.create(
+                    model="tiny", prompt=prompt, max_tokens=24, temperature=temperature, seed=i
+                )
 
             threads = [threading.Thread(target=complete, args=(i, p)) for i, p in enumerate(prompts)]
             for thread in threads:
@@ -177,7 +193,9 @@ def test_serve_runs_every_mode_on_hybrid_and_sliding_window_targets(request, hyb
             for mode in ("mtp", "auto"):
                 assert [a.choices[0].text for a in answers(assisted, mode, 0)] == plain, mode
                 sampled = answers(assisted, mode, 0.8)
-                assert all(a.usage.completion_tokens == 24 or a.choices[0].finish_reason == "stop" for a in sampled), mode
+                assert all(a.usage.completion_tokens == 24 or a.choices[0].finish_reason == "stop" for a in sampled), (
+                    mode
+                )
         finally:
             assisted.close()
 
@@ -202,13 +220,17 @@ def test_a_cache_that_cannot_rewind_decodes_plain_in_every_mode_said_once(hybrid
 
 
 def test_run_json_reports_the_rollback_and_heads(hybrid_mtp_target, swa_target):
-    hybrid = run_json("--target", str(hybrid_mtp_target), "--temp", "0", "-n", "4", "--spec", "mtp")["settings"]["rollback"]
+    hybrid = run_json("--target", str(hybrid_mtp_target), "--temp", "0", "-n", "4", "--spec", "mtp")["settings"][
+        "rollback"
+    ]
     assert hybrid == {"kind": "snapshots", "limit": 8, "mtp_heads": 1}
     swa = run_json("--target", str(swa_target), "--temp", "0", "-n", "4", "--draft", "none")["settings"]["rollback"]
     assert swa == {"kind": "positions", "limit": None, "mtp_heads": 0}
 
 
-def test_check_reports_heads_and_rollback_of_a_target_alone(hybrid_mtp_target, dense_mtp_target, hybrid_target, swa_target):
+def test_check_reports_heads_and_rollback_of_a_target_alone(
+    hybrid_mtp_target, dense_mtp_target, hybrid_target, swa_target
+):
     for target, heads, kind in ((hybrid_mtp_target, 1, "snapshots"), (dense_mtp_target, 1, "positions")):
         result = specrun("check", str(target), "--json")
         assert result.returncode == 0, result.stderr
@@ -220,7 +242,9 @@ def test_check_reports_heads_and_rollback_of_a_target_alone(hybrid_mtp_target, d
 
 
 def test_doctor_reports_heads_rollback_and_the_heads_break_even(hybrid_mtp_target):
-    result = specrun("doctor", "--target", str(hybrid_mtp_target), "--draft", "none", "--threads", "1", "--json", timeout=300)
+    result = specrun(
+        "doctor", "--target", str(hybrid_mtp_target), "--draft", "none", "--threads", "1", "--json", timeout=300
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["mtp_heads"] == 1 and doc["rollback"]["kind"] == "snapshots" and doc["rollback"]["limit"] == 8
@@ -290,7 +314,9 @@ def _drafts_by_history(path, monkeypatch) -> dict[tuple, list[int]]:
     monkeypatch.setattr(MtpDrafter, "propose", recording)
     pair = Pair(PairConfig(path, None, ctx_size=512, threads=1))
     try:
-        settings = GenerationSettings(max_tokens=120, sampling=SamplingParams(temperature=0.0), ignore_eos=True, draft_max=2)
+        settings = GenerationSettings(
+            max_tokens=120, sampling=SamplingParams(temperature=0.0), ignore_eos=True, draft_max=2
+        )
         for _ in pair.session.generation(pair.prompt_tokens(PROMPT, chat=False), settings, mode="mtp").run():
             pass
     finally:
@@ -316,7 +342,9 @@ def test_chained_heads_sampling_follows_the_target_distribution(chained_mtp_targ
         session = pair.session
         session.costs = HEAD_PAYS
         # "abc": no near-tie at this model's top-k edge for the first two tokens
-        chi2, drafted, detail = sampled_fit(pair, pair.prompt_tokens("abc", chat=False), "mtp", lambda: None, sampling=WARM)
+        chi2, drafted, detail = sampled_fit(
+            pair, pair.prompt_tokens("abc", chat=False), "mtp", lambda: None, sampling=WARM
+        )
     finally:
         pair.close()
     assert drafted > RUNS // 10
@@ -397,11 +425,15 @@ def test_a_gemma4_assistant_refuses_what_it_cannot_draft_for(gemma4_target, gemm
     from arch_models import write_gemma4_gguf
 
     result = specrun("run", PROMPT, "--target", str(swa_target), "--draft", str(gemma4_assistant), "-n", "4")
-    assert result.returncode == 3 and result.stderr.count("\n") <= 1 and "only for a Gemma 4 target" in result.stderr, result.stderr
+    assert result.returncode == 3 and result.stderr.count("\n") <= 1 and "only for a Gemma 4 target" in result.stderr, (
+        result.stderr
+    )
     wide = write_gemma4_gguf(tmp_path / "wide.gguf", n_embd=128)
     result = specrun("run", PROMPT, "--target", str(wide), "--draft", str(gemma4_assistant), "-n", "4")
     assert result.returncode == 3 and result.stderr.count("\n") <= 1 and "64 wide" in result.stderr, result.stderr
-    result = specrun("run", PROMPT, "--target", str(gemma4_target), "--draft", str(gemma4_assistant), "--spec", "draft", "-n", "4")
+    result = specrun(
+        "run", PROMPT, "--target", str(gemma4_target), "--draft", str(gemma4_assistant), "--spec", "draft", "-n", "4"
+    )
     assert result.returncode == 2 and result.stderr.count("\n") <= 1 and "--spec mtp" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert specrun("check", str(swa_target), str(gemma4_assistant)).returncode == 3
@@ -425,8 +457,13 @@ def test_placement_counts_the_heads_weights_and_their_cache(chained_mtp_target):
 
     size = model_size(chained_mtp_target)
     assert size.n_layer == 4 and all(b > 0 for b in size.layer_bytes)
-    heads = [sum(v for k, v in read_header(chained_mtp_target).tensor_bytes.items() if k.startswith(f"blk.{i}.")) for i in (2, 3)]
-    assert list(size.layer_bytes[2:]) == heads and heads[0] > size.layer_bytes[0]  # a head is a layer plus its projection
+    heads = [
+        sum(v for k, v in read_header(chained_mtp_target).tensor_bytes.items() if k.startswith(f"blk.{i}."))
+        for i in (2, 3)
+    ]
+    assert (
+        list(size.layer_bytes[2:]) == heads and heads[0] > size.layer_bytes[0]
+    )  # a head is a layer plus its projection
     from specrun.runtime.placement import model_placement
 
     cpu = model_placement(size, 512, [], 0, []).shares[-1]
@@ -476,11 +513,17 @@ def test_a_gemma4_assistant_is_fed_as_llama_cpp_feeds_it():
     head = SimpleNamespace(model=SimpleNamespace(n_embd_out=2), head_rows=head_rows)
     target = SimpleNamespace(on_hidden=None)
     drafter = AssistantDrafter(head, target)
-    target.on_hidden(0, 0, np.array([[0.5, 0.5], [1.5, 1.5], [2.5, 2.5]], dtype=np.float32))  # the target's rows at 0..2
+    target.on_hidden(
+        0, 0, np.array([[0.5, 0.5], [1.5, 1.5], [2.5, 2.5]], dtype=np.float32)
+    )  # the target's rows at 0..2
     target.on_hidden(1, 3, np.array([[3.5, 3.5]], dtype=np.float32))  # sequence 1's row at 3
     greedy = SamplingParams(temperature=0)
-    made = drafter.propose([DraftRequest(0, [7, 8, 9, 4], 3, greedy, make_rng(0)),
-                            DraftRequest(1, [5, 6, 7, 8, 9], 2, greedy, make_rng(0))])
+    made = drafter.propose(
+        [
+            DraftRequest(0, [7, 8, 9, 4], 3, greedy, make_rng(0)),
+            DraftRequest(1, [5, 6, 7, 8, 9], 2, greedy, make_rng(0)),
+        ]
+    )
     assert made.drafts[0].tokens == [1, 2, 3] and made.drafts[1].tokens == [11, 12]
     assert fed == [
         [(0, 3, 4, [2.5, 2.5]), (1, 4, 9, [3.5, 3.5])],  # x_{n-1} with the target's h_{n-2}
@@ -497,19 +540,47 @@ def test_drafts_lists_a_gemma4_assistant_for_its_target_only(gemma4_target, gemm
     assert "assistant (--spec mtp)" in specrun("drafts", str(gemma4_target), "--search", folder).stdout
     other = json.loads(specrun("drafts", str(swa_target), "--search", folder, "--json", "--all").stdout)["drafts"]
     (entry,) = [d for d in other if d["path"] == str(gemma4_assistant)]
-    assert entry["compatible"] is False and entry["drafting"] is None and "only for a Gemma 4 target" in entry["first_failure"]
+    assert (
+        entry["compatible"] is False
+        and entry["drafting"] is None
+        and "only for a Gemma 4 target" in entry["first_failure"]
+    )
 
 
 @pytest.mark.parametrize("pair_of", ["heads", "assistant"])
-def test_bench_has_rows_of_its_own_for_mtp(request, hybrid_mtp_target, gemma4_target, gemma4_assistant, tmp_path, pair_of):
+def test_bench_has_rows_of_its_own_for_mtp(
+    request, hybrid_mtp_target, gemma4_target, gemma4_assistant, tmp_path, pair_of
+):
     """Bench times `--spec mtp` beside plain, with the target's own heads or with an assistant (by
     default with an assistant, which drafts in no other mode), and checks its greedy text against
     plain decoding's."""
-    models = ("--target", str(hybrid_mtp_target)) if pair_of == "heads" else ("--target", str(gemma4_target), "--draft", str(gemma4_assistant))
+    models = (
+        ("--target", str(hybrid_mtp_target))
+        if pair_of == "heads"
+        else ("--target", str(gemma4_target), "--draft", str(gemma4_assistant))
+    )
     report = tmp_path / "bench.json"
     spec = ("--spec", "off,mtp") if pair_of == "heads" else ()  # with an assistant, the default
-    result = specrun("bench", *models, "--quick", "--category", "code-generation", *spec, "--max-tokens", "8",
-                     "--warmup", "0", "--json", report, "-c", "1024", "--quiet", "--threads", "1", timeout=600)
+    result = specrun(
+        "bench",
+        *models,
+        "--quick",
+        "--category",
+        "code-generation",
+        *spec,
+        "--max-tokens",
+        "8",
+        "--warmup",
+        "0",
+        "--json",
+        report,
+        "-c",
+        "1024",
+        "--quiet",
+        "--threads",
+        "1",
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(report.read_text())
     (row,) = [r for r in doc["categories"] if r["mode"] == "mtp" and r["category"] == "code-generation"]

@@ -27,8 +27,11 @@ def padded_pair(request, padded_large, padded_small):
     pair.close()
 
 
-@pytest.mark.parametrize("direction", [("padded_large", "padded_small"), ("padded_small", "padded_large")],
-                         ids=["target-larger", "draft-larger"])
+@pytest.mark.parametrize(
+    "direction",
+    [("padded_large", "padded_small"), ("padded_small", "padded_large")],
+    ids=["target-larger", "draft-larger"],
+)
 @pytest.mark.parametrize("mode", ["draft", "ngram", "hybrid", "auto"])
 def test_cli_runs_every_mode_at_both_temperatures_and_greedy_equals_plain(request, direction, mode):
     target, draft = (request.getfixturevalue(name) for name in direction)
@@ -57,9 +60,11 @@ def test_greedy_speculation_equals_plain_and_really_drafts(padded_pair, mode):
 def test_draft_proposals_stay_in_the_target_vocabulary_and_the_draft_reads_only_its_own(padded_pair):
     target_size = padded_pair.target_model.n_vocab
     draft_size = padded_pair.draft_model.n_vocab
-    generation = padded_pair.generation(padded_pair.prompt_tokens("pad", chat=False),
-                                        greedy_settings(max_tokens=60, sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0),
-                                                        seed=3), mode="draft")
+    generation = padded_pair.generation(
+        padded_pair.prompt_tokens("pad", chat=False),
+        greedy_settings(max_tokens=60, sampling=SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), seed=3),
+        mode="draft",
+    )
     proposals = []
     drafter = generation.engine.model
     original = drafter.propose

@@ -39,7 +39,10 @@ def test_everything_fits_on_one_gpu_draft_whole_and_target_whole():
     assert placement.draft.offload == ("CUDA0",) and placement.draft.gpu_layers == 25  # 24 layers + output
     assert layers_on(placement.draft, "CUDA0") == 24 and layers_on(placement.draft, "CPU") == 0
     assert placement.target.gpu_layers == 29 and layers_on(placement.target, "CUDA0") == 28
-    assert placement.describe().startswith("target 28/28 layers CUDA0") and "draft 24/24 layers CUDA0" in placement.describe()
+    assert (
+        placement.describe().startswith("target 28/28 layers CUDA0")
+        and "draft 24/24 layers CUDA0" in placement.describe()
+    )
 
 
 def test_draft_goes_first_and_the_target_gets_what_is_left():
@@ -105,7 +108,10 @@ def test_too_many_explicit_layers_warn():
 def test_cpu_only_machine_keeps_everything_on_the_cpu():
     placement = plan(TARGET, DRAFT, [CPU], Request(CTX))
     assert placement.target.gpu_layers == 0 and placement.target.offload == ()
-    assert placement.describe() == f"target 28/28 layers CPU ({(150 + 2800 + 200) / 1000 + 28 * 4096e3 / 1e9:.1f} GB) · draft 24/24 layers CPU (0.7 GB)"
+    assert (
+        placement.describe()
+        == f"target 28/28 layers CPU ({(150 + 2800 + 200) / 1000 + 28 * 4096e3 / 1e9:.1f} GB) · draft 24/24 layers CPU (0.7 GB)"
+    )
     assert placement.brief() == "target CPU, draft CPU" and not placement.remote
 
 

@@ -87,14 +87,18 @@ def test_a_request_drafts_with_one_drafter_per_step():
 
 def test_a_probe_is_granted_whatever_the_estimates_say():
     probe = Option(MODEL, [0.01] * 8)
-    alloc = allocate([Candidate(0, [probe], 8)], Costs(linear(), {MODEL: lambda n: 0.01}), max_rows=512, grants=[Grant(0, probe, 2)])
+    alloc = allocate(
+        [Candidate(0, [probe], 8)], Costs(linear(), {MODEL: lambda n: 0.01}), max_rows=512, grants=[Grant(0, probe, 2)]
+    )
     assert alloc.drafts == {0: (MODEL, 2)}
 
 
 def test_the_fixed_modes_draft_their_k_however_full_the_batch():
     cands = [Candidate(s, [Option(LOOKUP, [0.9] * 3), Option(MODEL, [0.5] * 8)], 8) for s in range(3)]
     assert fixed(cands, "draft", 4, max_rows=512).drafts == {s: (MODEL, 4) for s in range(3)}
-    assert fixed(cands, "ngram", 4, max_rows=512).drafts == {s: (LOOKUP, 3) for s in range(3)}  # as far as the lookup goes
+    assert fixed(cands, "ngram", 4, max_rows=512).drafts == {
+        s: (LOOKUP, 3) for s in range(3)
+    }  # as far as the lookup goes
     unsure = [Candidate(0, [Option(LOOKUP, [0.2] * 3), Option(MODEL, [0.5] * 8)], 8)]
     assert fixed(unsure, "hybrid", 4, max_rows=512).drafts == {0: (MODEL, 4)}
     assert fixed(cands, "hybrid", 4, max_rows=512).drafts[0] == (LOOKUP, 3)
@@ -112,4 +116,6 @@ def test_the_draft_model_can_pay_only_when_its_passes_and_verification_are_cheap
     assert not judged(linear(), lambda n: 0.006 * n)  # this project's CPU: 0.6 of a target token
     unknown = Controller([LOOKUP, MODEL], 8)
     unknown.seed({n: flat()(n) for n in sizes})
-    assert MODEL not in unknown.costs().draft and unknown.best().drafter is None  # unmeasured: never chosen on estimates
+    assert (
+        MODEL not in unknown.costs().draft and unknown.best().drafter is None
+    )  # unmeasured: never chosen on estimates

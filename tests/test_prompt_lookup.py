@@ -10,9 +10,9 @@ import pytest
 from specrun.defaults import LOOKUP, MODEL
 from specrun.engine.auto.plan import Candidate, Option, fixed
 from specrun.engine.drafting.lookup import LookupDrafter
+from specrun.engine.drafting.prompt_lookup import NgramIndex, PromptLookup
 from specrun.engine.drafting.protocol import DraftRequest
 from specrun.engine.sampling import SamplingParams, make_rng
-from specrun.engine.drafting.prompt_lookup import NgramIndex, PromptLookup
 
 
 def test_no_match_gives_an_empty_deterministic_draft():
@@ -135,7 +135,10 @@ def test_match_drafts_equal_a_fresh_drafter_through_random_growth_and_rewinds():
             cut = rng.randrange(len(history))
             history = history[:cut] + [rng.randrange(8)] + history[cut + 1 :]
         k = rng.randrange(0, 10)
-        assert drafter.propose(history, k).tokens == PromptLookup(ngram_max=5, follow_copies=False).propose(history, k).tokens
+        assert (
+            drafter.propose(history, k).tokens
+            == PromptLookup(ngram_max=5, follow_copies=False).propose(history, k).tokens
+        )
 
 
 def test_confidence_starts_from_match_length_and_learns_from_feedback():
@@ -175,7 +178,9 @@ def test_matches_failing_at_some_lengths_lower_the_start_of_the_next_length():
     assert drafter.confidence(6, position=1, kind="match") == pytest.approx(prior)
     restored = PromptLookup()
     restored.restore(drafter.state(), cap=8)  # kept between runs with the rest of the estimates
-    assert restored.confidence(6, position=1, kind="match+") == pytest.approx(drafter.confidence(6, position=1, kind="match+"), rel=1e-3)
+    assert restored.confidence(6, position=1, kind="match+") == pytest.approx(
+        drafter.confidence(6, position=1, kind="match+"), rel=1e-3
+    )
 
 
 def test_the_answer_under_way_outweighs_the_last_within_a_few_outcomes():
@@ -277,7 +282,9 @@ def test_hybrid_uses_a_confident_lookup_and_routes_feedback_to_it():
     lookup = LookupDrafter(1, 8, k_max=16)
     history = [10, 11, 12, 13, 14, 99, 10, 11, 12]  # match of 3: confidence 0.75
     assert hybrid_choice(lookup, history, 4) == (LOOKUP, 4)
-    assert lookup.propose([DraftRequest(0, history, 4, SamplingParams(temperature=0), make_rng(0))]).drafts[0].tokens == [13, 14, 99, 10]
+    assert lookup.propose([DraftRequest(0, history, 4, SamplingParams(temperature=0), make_rng(0))]).drafts[
+        0
+    ].tokens == [13, 14, 99, 10]
     lookup.learn(0, 4, 4)
     assert lookup.state(0).confidence(3) > 0.75
 
@@ -295,7 +302,10 @@ def test_a_match_in_an_answer_that_copies_is_estimated_apart_from_one_in_fresh_t
 
     source = list(range(100, 160))
     copying, fresh = PromptLookup(), PromptLookup()
-    for drafter, answer in ((copying, source[:SHARE_WINDOW]), (fresh, list(range(500, 500 + SHARE_WINDOW)) + [100, 101])):
+    for drafter, answer in (
+        (copying, source[:SHARE_WINDOW]),
+        (fresh, list(range(500, 500 + SHARE_WINDOW)) + [100, 101]),
+    ):
         drafter.propose(source + answer[:1], 4)  # the prompt is read, then the answer token by token
         for end in range(2, len(answer) + 1):
             drafter.propose(source + answer[:end], 4)

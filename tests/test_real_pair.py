@@ -12,8 +12,8 @@ from cli_helpers import specrun
 
 from specrun import generate
 from specrun.engine.identity import check_output, logit_noise, tolerance_from_noise
-from specrun.engine.sequence import GenerationSettings
 from specrun.engine.sampling import SamplingParams
+from specrun.engine.sequence import GenerationSettings
 from specrun.runtime.pair import Pair, PairConfig
 
 pytestmark = pytest.mark.real
@@ -99,7 +99,9 @@ def test_a_chat_answer_is_the_one_llama_server_jinja_gives(real_pair):
     """The same request to llama-server --jinja on the same file (tests/data/llama_server, its
     /apply-template prompt and its greedy answer): the same prompt, token for token in number, and
     the same text. Its template's default system message makes this answer Chinese."""
-    reference = json.loads((Path(__file__).parent / "data" / "llama_server" / "autumn_rain.json").read_text(encoding="utf-8"))
+    reference = json.loads(
+        (Path(__file__).parent / "data" / "llama_server" / "autumn_rain.json").read_text(encoding="utf-8")
+    )
     question = reference["request"]["messages"][0]["content"]
     prompt = real_pair.chat_prompt(question)
     assert prompt.text == reference["prompt"] and len(prompt.tokens) == reference["prompt_tokens"]
@@ -112,7 +114,9 @@ def test_a_chat_answer_is_the_one_llama_server_jinja_gives(real_pair):
     model = real_pair.session.target_ctx.model
     theirs = model.tokenize(reference["content"], add_special=False, parse_special=False)
     assert b"".join(model.piece(t) for t in theirs).decode() == reference["content"]
-    part = next((i for i, (a, b) in enumerate(zip(result.tokens, theirs)) if a != b), min(len(result.tokens), len(theirs) - 1))
+    part = next(
+        (i for i, (a, b) in enumerate(zip(result.tokens, theirs)) if a != b), min(len(result.tokens), len(theirs) - 1)
+    )
     tolerance = tolerance_from_noise(logit_noise(real_pair.session.target_ctx, prompt.tokens))
     verdict = judged(real_pair, prompt.tokens, theirs[: part + 1], tolerance)
     assert not verdict.violations, verdict.to_dict()

@@ -19,7 +19,9 @@ def test_sizes_read_from_the_header_add_up_to_the_files(real_pair_paths):
         assert size.n_layer in (24, 28) and all(b > 0 for b in size.layer_bytes)
         file_size = path.stat().st_size
         assert file_size * 0.97 < size.weight_bytes <= file_size  # all but the header and the padding
-        assert size.kv_bytes_per_token == {28: 1024, 24: 512}[size.n_layer]  # 2 KV heads × head size 128 (64) × K and V × f16
+        assert (
+            size.kv_bytes_per_token == {28: 1024, 24: 512}[size.n_layer]
+        )  # 2 KV heads × head size 128 (64) × K and V × f16
 
 
 def test_default_pair_over_a_loopback_worker_gives_the_local_text(real_pair_paths, tmp_path):
@@ -28,8 +30,23 @@ def test_default_pair_over_a_loopback_worker_gives_the_local_text(real_pair_path
     cache = tmp_path / "tensor-cache"
     worker = start_worker(tmp_path, "--cache", str(cache))
     try:
-        args = ["def fib(n):", "--target", str(target), "--draft", str(draft), "--raw", "--spec", "draft", "--temp", "0",
-                "-n", "32", "-t", "1", "--json"]
+        args = [
+            "def fib(n):",
+            "--target",
+            str(target),
+            "--draft",
+            str(draft),
+            "--raw",
+            "--spec",
+            "draft",
+            "--temp",
+            "0",
+            "-n",
+            "32",
+            "-t",
+            "1",
+            "--json",
+        ]
         local = specrun("run", *args, timeout=600)
         remote = specrun("run", *args, "--rpc", worker.endpoint, timeout=600)
     finally:

@@ -11,7 +11,7 @@ the same family, test_real_pair). A token further below the top than that noise 
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from cli_helpers import specrun
@@ -30,7 +30,7 @@ PROMPTS = {p.id: p for p in builtin()}
 DRAFTS = ("smollm2-135m", "gemma3-270m")
 
 
-@lru_cache(maxsize=None)
+@cache
 def target_path() -> str:
     return str(real_model("qwen2.5-coder-1.5b"))
 
@@ -38,13 +38,25 @@ def target_path() -> str:
 def run_json(prompt_id: str, *model_args: str) -> dict:
     prompt = PROMPTS[prompt_id]
     system = ("--system", prompt.system) if prompt.system else ()
-    result = specrun("run", "--target", target_path(), *model_args, "--temp", "0", "-n", str(TOKENS), "--json",
-                     *system, prompt.prompt, timeout=900)
+    result = specrun(
+        "run",
+        "--target",
+        target_path(),
+        *model_args,
+        "--temp",
+        "0",
+        "-n",
+        str(TOKENS),
+        "--json",
+        *system,
+        prompt.prompt,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout)
 
 
-@lru_cache(maxsize=None)
+@cache
 def plain_text(prompt_id: str) -> str:
     return run_json(prompt_id, "--draft", "none")["text"]
 

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from specrun.models.reasoning import CONTENT, MARKUP, REASONING, ReasoningSplitter, ReasoningTags, join, reasoning_tags, split_reasoning
+from specrun.models.reasoning import (
+    CONTENT,
+    MARKUP,
+    REASONING,
+    ReasoningSplitter,
+    ReasoningTags,
+    join,
+    reasoning_tags,
+    split_reasoning,
+)
 
 THINK = ReasoningTags("<think>", "</think>")
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates" / "templates"
@@ -17,18 +26,21 @@ def template(name: str) -> str:
     return (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("name,tags", [
-    ("Qwen-Qwen3-0.6B", ("<think>", "</think>")),
-    ("Qwen-QwQ-32B", ("<think>", "</think>")),
-    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", ("<think>", "</think>")),
-    ("HuggingFaceTB-SmolLM3-3B", ("<think>", "</think>")),
-    ("ByteDance-Seed-OSS", ("<seed:think>", "</seed:think>")),
-    ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", ("<|START_THINKING|>", "<|END_THINKING|>")),
-    ("mistralai-Ministral-3-14B-Reasoning-2512", ("[THINK]", "[/THINK]")),
-    ("Qwen-Qwen2.5-7B-Instruct", None),
-    ("Qwen-Qwen2.5-Coder-1.5B-Instruct-GGUF", None),
-    ("meta-llama-Llama-3.1-8B-Instruct", None),
-])
+@pytest.mark.parametrize(
+    "name,tags",
+    [
+        ("Qwen-Qwen3-0.6B", ("<think>", "</think>")),
+        ("Qwen-QwQ-32B", ("<think>", "</think>")),
+        ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", ("<think>", "</think>")),
+        ("HuggingFaceTB-SmolLM3-3B", ("<think>", "</think>")),
+        ("ByteDance-Seed-OSS", ("<seed:think>", "</seed:think>")),
+        ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", ("<|START_THINKING|>", "<|END_THINKING|>")),
+        ("mistralai-Ministral-3-14B-Reasoning-2512", ("[THINK]", "[/THINK]")),
+        ("Qwen-Qwen2.5-7B-Instruct", None),
+        ("Qwen-Qwen2.5-Coder-1.5B-Instruct-GGUF", None),
+        ("meta-llama-Llama-3.1-8B-Instruct", None),
+    ],
+)
 def test_tags_are_read_from_the_template(name, tags):
     found = reasoning_tags(template(name))
     assert (found and (found.start, found.end)) == tags or (found is None and tags is None)
@@ -40,30 +52,36 @@ def test_a_prompt_ending_with_the_opening_tag_starts_inside():
     assert not THINK.opens("<|im_start|>assistant\n")
 
 
-@pytest.mark.parametrize("answer,inside,reasoning,content", [
-    ("<think>\nLet me see.\n</think>\n\nThe answer is 4.", False, "Let me see.", "The answer is 4."),
-    ("  <think>a b</think>c", False, "a b", "c"),
-    ("<think>\n\n</think>\n\nHello", False, None, "Hello"),
-    ("No thinking here.", False, None, "No thinking here."),
-    ("  leading space kept\n", False, None, "  leading space kept\n"),
-    ("Text then <think>x</think>", False, None, "Text then <think>x</think>"),
-    ("<think>cut off mid-thought  ", False, "cut off mid-thought", ""),
-    ("<think>cut at a partial tag </thi", False, "cut at a partial tag </thi", ""),
-    ("Okay, so 2+2.\n</think>\n\n4", True, "Okay, so 2+2.", "4"),
-    ("<think>repeated tag</think>4", True, "repeated tag", "4"),
-    ("thinking that never ends", True, "thinking that never ends", ""),
-    ("<thin", False, None, "<thin"),
-    ("", False, None, ""),
-    ("<think>a</think>b</think>c", False, "a", "b</think>c"),
-    ("<think>x < y and </t> is not a tag</think> ok", False, "x < y and </t> is not a tag", "ok"),
-])
+@pytest.mark.parametrize(
+    "answer,inside,reasoning,content",
+    [
+        ("<think>\nLet me see.\n</think>\n\nThe answer is 4.", False, "Let me see.", "The answer is 4."),
+        ("  <think>a b</think>c", False, "a b", "c"),
+        ("<think>\n\n</think>\n\nHello", False, None, "Hello"),
+        ("No thinking here.", False, None, "No thinking here."),
+        ("  leading space kept\n", False, None, "  leading space kept\n"),
+        ("Text then <think>x</think>", False, None, "Text then <think>x</think>"),
+        ("<think>cut off mid-thought  ", False, "cut off mid-thought", ""),
+        ("<think>cut at a partial tag </thi", False, "cut at a partial tag </thi", ""),
+        ("Okay, so 2+2.\n</think>\n\n4", True, "Okay, so 2+2.", "4"),
+        ("<think>repeated tag</think>4", True, "repeated tag", "4"),
+        ("thinking that never ends", True, "thinking that never ends", ""),
+        ("<thin", False, None, "<thin"),
+        ("", False, None, ""),
+        ("<think>a</think>b</think>c", False, "a", "b</think>c"),
+        ("<think>x < y and </t> is not a tag</think> ok", False, "x < y and </t> is not a tag", "ok"),
+    ],
+)
 def test_whole_answers(answer, inside, reasoning, content):
     split = split_reasoning(answer, THINK, inside=inside)
     assert (split.reasoning, split.content) == (reasoning, content)
 
 
 def test_no_tags_means_all_content():
-    assert (split_reasoning("<think>x</think>y", None).reasoning, split_reasoning("<think>x</think>y", None).content) == (None, "<think>x</think>y")
+    assert (
+        split_reasoning("<think>x</think>y", None).reasoning,
+        split_reasoning("<think>x</think>y", None).content,
+    ) == (None, "<think>x</think>y")
 
 
 ANSWERS = [

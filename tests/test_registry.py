@@ -73,6 +73,7 @@ def test_the_shipped_text_drafter_is_assembled_from_its_pinned_chunks():
 
 def test_each_shipped_pin_says_where_its_digest_comes_from():
     lines = (ROOT / "models.toml").read_text().splitlines()
+
     def verified(i: int) -> bool:
         entry = next(j for j in range(i, -1, -1) if lines[j].startswith("[["))
         return "verified = false" not in lines[entry:i]
@@ -109,9 +110,17 @@ def test_syntax_error_names_file_and_line():
         ('[[model]]\nname = "x"\npath = "a"\nsizes = 3\n', "unknown key 'sizes'"),
         ('[[model]]\nname = "x"\npath = "a"\nsize = -3\n', "must be positive"),
         ('[[model]]\nname = "x"\nhf = { repo = "norepo", file = "a.gguf" }\n', "OWNER/NAME"),
-        ('[[model]]\nname = "x"\nbundle = { distribution = "d{n}", file = "f{n}", count = 2, sha256 = "abc", size = 3 }\n', "64 hex"),
-        ('[[model]]\nname = "x"\nbundle = { distribution = "d{m}", file = "f", count = 2, sha256 = "' + "a" * 64 + '", size = 3 }\n', "bad template"),
-        ('model = 3\n', "array of tables"),
+        (
+            '[[model]]\nname = "x"\nbundle = { distribution = "d{n}", file = "f{n}", count = 2, sha256 = "abc", size = 3 }\n',
+            "64 hex",
+        ),
+        (
+            '[[model]]\nname = "x"\nbundle = { distribution = "d{m}", file = "f", count = 2, sha256 = "'
+            + "a" * 64
+            + '", size = 3 }\n',
+            "bad template",
+        ),
+        ("model = 3\n", "array of tables"),
         ('[[pair]]\nname = "p"\ntarget = "a"\n', "has no 'draft'"),
     ],
 )
@@ -152,18 +161,27 @@ def test_bundle_parts_from_template_or_list():
         "x.toml",
     )
     a, b = reg.models
-    assert [(p.index, p.distribution, p.file) for p in a.bundle.parts] == [(1, "p1", "p1/x001.bin"), (2, "p2", "p2/x002.bin"), (3, "p3", "p3/x003.bin")]
+    assert [(p.index, p.distribution, p.file) for p in a.bundle.parts] == [
+        (1, "p1", "p1/x001.bin"),
+        (2, "p2", "p2/x002.bin"),
+        (3, "p3", "p3/x003.bin"),
+    ]
     assert a.bundle.requirement(a.bundle.parts[0]) == "p1==2.0"
     assert [p.distribution for p in b.bundle.parts] == ["q", "r"]
     assert b.bundle.requirement(b.bundle.parts[1]) == "r"
 
 
 def test_dangling_reference_and_name_clash_are_refused(isolated, tmp_path):
-    extra = write_registry(tmp_path / "extra.toml", '[[pair]]\nname = "p"\ntarget = "qwen2.5-coder-1.5b"\ndraft = "qwen2.5-coder-05b"\n')
+    extra = write_registry(
+        tmp_path / "extra.toml", '[[pair]]\nname = "p"\ntarget = "qwen2.5-coder-1.5b"\ndraft = "qwen2.5-coder-05b"\n'
+    )
     with pytest.raises(RegistryError) as err:
         load_registry(extra)
     assert "draft 'qwen2.5-coder-05b'" in err.value.message and "qwen2.5-coder-0.5b" in err.value.hint
-    clash = write_registry(tmp_path / "clash.toml", '[[pair]]\nname = "qwen2.5-coder-1.5b"\ntarget = "qwen2.5-coder-1.5b"\ndraft = "qwen2.5-coder-0.5b"\n')
+    clash = write_registry(
+        tmp_path / "clash.toml",
+        '[[pair]]\nname = "qwen2.5-coder-1.5b"\ntarget = "qwen2.5-coder-1.5b"\ndraft = "qwen2.5-coder-0.5b"\n',
+    )
     with pytest.raises(RegistryError, match="both a model and a pair"):
         load_registry(clash)
 
@@ -182,14 +200,20 @@ def test_user_file_overrides_sources_and_default(isolated, tmp_path):
     assert not reg.pair("qwen2.5-coder-1.5b+0.5b").default
     assert len(reg.files) == 2
     # --registry comes last and wins again
-    extra = write_registry(tmp_path / "extra.toml", '[[pair]]\nname = "qwen2.5-coder-1.5b+0.5b"\ntarget = "qwen2.5-coder-1.5b"\ndraft = "qwen2.5-coder-0.5b"\ndefault = true\n')
+    extra = write_registry(
+        tmp_path / "extra.toml",
+        '[[pair]]\nname = "qwen2.5-coder-1.5b+0.5b"\ntarget = "qwen2.5-coder-1.5b"\ndraft = "qwen2.5-coder-0.5b"\ndefault = true\n',
+    )
     reg = load_registry(extra)
     assert reg.default_pair().name == "qwen2.5-coder-1.5b+0.5b"
     assert len(reg.files) == 3
 
 
 def test_no_default_after_merge_is_refused(isolated, tmp_path):
-    extra = write_registry(tmp_path / "extra.toml", '[[pair]]\nname = "qwen2.5-coder-1.5b+0.5b"\ntarget = "qwen2.5-coder-1.5b"\ndraft = "qwen2.5-coder-0.5b"\n')
+    extra = write_registry(
+        tmp_path / "extra.toml",
+        '[[pair]]\nname = "qwen2.5-coder-1.5b+0.5b"\ntarget = "qwen2.5-coder-1.5b"\ndraft = "qwen2.5-coder-0.5b"\n',
+    )
     with pytest.raises(RegistryError, match="no default pair"):
         load_registry(extra)
 
@@ -222,12 +246,16 @@ def test_unknown_names_suggest_the_closest(isolated):
 
 
 def test_an_unverified_model_is_said_each_time_it_is_used(tmp_path, capsys):
-    from specrun.models.fetch import resolve_spec
     from tiny_models import write_tiny_gguf
 
+    from specrun.models.fetch import resolve_spec
+
     write_tiny_gguf(tmp_path / "m.gguf")
-    reg = parse_text('[[model]]\nname = "new"\npath = "m.gguf"\nverified = false\n[[model]]\nname = "old"\npath = "m.gguf"\n',
-                     "x.toml", base_dir=tmp_path)
+    reg = parse_text(
+        '[[model]]\nname = "new"\npath = "m.gguf"\nverified = false\n[[model]]\nname = "old"\npath = "m.gguf"\n',
+        "x.toml",
+        base_dir=tmp_path,
+    )
     assert [m.verified for m in reg.models] == [False, True]
     registry = Registry({m.name: m for m in reg.models}, {})
     capsys.readouterr()

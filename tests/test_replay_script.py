@@ -35,8 +35,9 @@ def test_a_session_counts_each_answer_once_per_order_on_the_second_pass():
     """One controller and lookup go on from answer to answer; the first pass over an order only
     warms them, so each answer is counted once per order."""
     replay = load()
-    result = replay.replay_all(answers(), replay.parse_curve(FLAT), [("auto", 31)], carry=False, max_tokens=128,
-                               session=True, orders=3)
+    result = replay.replay_all(
+        answers(), replay.parse_curve(FLAT), [("auto", 31)], carry=False, max_tokens=128, session=True, orders=3
+    )
     assert len(result[("code-editing", "auto:31")]) == 3
     assert len(result[("creative-writing", "auto:31")]) == 3
     assert min(result[("code-editing", "auto:31")]) > 2

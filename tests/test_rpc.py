@@ -19,9 +19,9 @@ from test_cli_run import F_SETPIPE_SZ, _unread, one_line_error
 
 from specrun.engine import rpc as engine_rpc
 from specrun.engine.auto.costs import Conditions, DecodeCosts
+from specrun.errors import RpcError
 from specrun.runtime import cost_cache
 from specrun.runtime.pair import Pair, PairConfig
-from specrun.errors import RpcError
 
 GREEDY = ["--temp", "0", "--raw", "--ignore-eos"]
 
@@ -48,7 +48,20 @@ def test_the_protocol_specrun_expects_is_what_its_own_worker_speaks(worker):
 @pytest.mark.parametrize("layers", [["-ngl", "all"], []], ids=["all-on-the-worker", "auto-split-with-the-cpu"])
 def test_greedy_output_over_rpc_equals_local_and_the_json_names_the_worker(worker, tiny_target, tiny_draft, layers):
     # One thread, as the worker computes: llama.cpp's sums depend on the thread count, which can flip near-ties.
-    args = ["hello", "--target", str(tiny_target), "--draft", str(tiny_draft), "--spec", "draft", "-n", "48", "-t", "1", *GREEDY]
+    args = [
+        "hello",
+        "--target",
+        str(tiny_target),
+        "--draft",
+        str(tiny_draft),
+        "--spec",
+        "draft",
+        "-n",
+        "48",
+        "-t",
+        "1",
+        *GREEDY,
+    ]
     local = run_json(*args)
     remote = run_json(*args, "--rpc", worker.endpoint, *layers)
     assert remote["text"] == local["text"]
@@ -65,8 +78,23 @@ def test_the_placement_reported_is_the_one_llama_cpp_makes(worker, tiny_dir):
     from tiny_models import write_tiny_gguf
 
     model = write_tiny_gguf(tiny_dir / "six-layers.gguf", seed=0, n_layer=6)
-    result = specrun("run", "hi", "--target", model, "--draft", "none", "-n", "2", *GREEDY, "--rpc", worker.endpoint,
-                     "--tensor-split", "2,1", "--json", env={"SPECRUN_DEBUG": "1"})
+    result = specrun(
+        "run",
+        "hi",
+        "--target",
+        model,
+        "--draft",
+        "none",
+        "-n",
+        "2",
+        *GREEDY,
+        "--rpc",
+        worker.endpoint,
+        "--tensor-split",
+        "2,1",
+        "--json",
+        env={"SPECRUN_DEBUG": "1"},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     logged = {int(i): dev for i, dev in re.findall(r"layer +(\d+) assigned to device (\w+)", result.stderr)}
     assert len(logged) == 7  # six layers and the output layer
@@ -85,7 +113,9 @@ def test_a_refused_endpoint_exits_1_at_once_naming_it(tiny_target):
     assert time.monotonic() - started < 30
 
 
-@pytest.mark.parametrize("value", ["localhost", "host:", ":50052", "host:port", "host:70000", "a:1,,b:2", "::1:50052", ""])
+@pytest.mark.parametrize(
+    "value", ["localhost", "host:", ":50052", "host:port", "host:70000", "a:1,,b:2", "::1:50052", ""]
+)
 def test_a_malformed_rpc_value_is_a_usage_error(tiny_target, value):
     one_line_error(specrun("run", "hi", "--target", tiny_target, "--draft", "none", "--rpc", value), 2, "--rpc")
 
@@ -129,8 +159,20 @@ def test_a_worker_killed_mid_generation_ends_the_run_with_one_line_and_the_text_
     then the worker is killed, the pipe drained, and the run's next decode meets the dead worker."""
     doomed = start_worker(tmp_path)
     long_run = ["--target", str(tiny_target), "--draft", "none", "-c", "8192", "-t", "1", *GREEDY]
-    proc = popen("run", "hi", *long_run, "-n", "6000", "--rpc", doomed.endpoint, "-ngl", "all",
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = popen(
+        "run",
+        "hi",
+        *long_run,
+        "-n",
+        "6000",
+        "--rpc",
+        doomed.endpoint,
+        "-ngl",
+        "all",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         reader = proc.stdout.fileno()
         size = fcntl.fcntl(reader, F_SETPIPE_SZ, 4096)
@@ -151,7 +193,12 @@ def test_a_worker_killed_mid_generation_ends_the_run_with_one_line_and_the_text_
     assert len(lines) == 1 and "lost the RPC worker" in lines[0] and doomed.endpoint in lines[0], lines
     assert len(out) >= size - 64  # what the loop above waited for was written before the kill
     # The worker computed with one thread, as this run does: llama.cpp's sums depend on the thread count.
-    local = subprocess.run([sys.executable, "-m", "specrun", "run", "hi", *long_run, "-n", "4000"], capture_output=True, timeout=300, env=cli_env())
+    local = subprocess.run(
+        [sys.executable, "-m", "specrun", "run", "hi", *long_run, "-n", "4000"],
+        capture_output=True,
+        timeout=300,
+        env=cli_env(),
+    )
     assert local.returncode == 0 and len(local.stdout) > len(out)
     assert same_text_so_far(out, local.stdout)  # exactly the text generated before the worker died
 
@@ -165,7 +212,7 @@ def same_text_so_far(partial: bytes, whole: bytes) -> bool:
     on to finish the character: that last character may differ, nothing before it."""
     if whole.startswith(partial):
         return True
-    head = partial[:-len(REPLACEMENT)]
+    head = partial[: -len(REPLACEMENT)]
     return partial.endswith(REPLACEMENT) and whole.startswith(head) and whole[len(head)] >= 0xC0
 
 
@@ -205,14 +252,32 @@ def test_costs_measured_with_a_worker_are_kept_apart_from_local_ones(worker, tin
     it but measures its own, and leaves the local entry as it was. The local curve is written here
     rather than measured: whether a tiny model's measured curve passes the sanity checks depends on
     timing, which a test must not."""
-    args = ["abc abc", "--target", tiny_target, "--draft", tiny_draft, "-n", "4", *GREEDY, "--spec", "auto", "-t", "1", "-c", "512"]
+    args = [
+        "abc abc",
+        "--target",
+        tiny_target,
+        "--draft",
+        tiny_draft,
+        "-n",
+        "4",
+        *GREEDY,
+        "--spec",
+        "auto",
+        "-t",
+        "1",
+        "-c",
+        "512",
+    ]
     pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
     try:
         local_key = pair.costs_key()
     finally:
         pair.close()
-    plausible = DecodeCosts({1: 0.002, 2: 0.0025, 4: 0.003, 16: 0.006, 32: 0.010}, 0.001,
-                            Conditions(cpu_share=0.97, major_faults=0, load_average=0.1))
+    plausible = DecodeCosts(
+        {1: 0.002, 2: 0.0025, 4: 0.003, 16: 0.006, 32: 0.010},
+        0.001,
+        Conditions(cpu_share=0.97, major_faults=0, load_average=0.1),
+    )
     assert cost_cache.store(local_key, plausible, 1) == []
     assert "measuring decode costs" not in specrun("run", *args).stderr  # the CLI's key is the one written
     local_entry = json.loads(cost_cache.cache_file().read_text())[local_key]
@@ -225,7 +290,9 @@ def test_costs_measured_with_a_worker_are_kept_apart_from_local_ones(worker, tin
 
 
 def test_doctor_lists_the_worker_and_places_the_target_on_it(worker, tiny_target, tiny_draft):
-    result = specrun("doctor", "--target", tiny_target, "--draft", tiny_draft, "--rpc", worker.endpoint, "--json", "-c", "512")
+    result = specrun(
+        "doctor", "--target", tiny_target, "--draft", tiny_draft, "--rpc", worker.endpoint, "--json", "-c", "512"
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert any(d["endpoint"] == worker.endpoint and d["backend"] == "RPC" for d in doc["devices"])
@@ -234,9 +301,30 @@ def test_doctor_lists_the_worker_and_places_the_target_on_it(worker, tiny_target
 
 def test_bench_runs_over_rpc_and_records_the_placement(worker, tiny_target, tiny_draft, tmp_path):
     report = tmp_path / "bench.json"
-    result = specrun("bench", "--target", tiny_target, "--draft", tiny_draft, "--rpc", worker.endpoint, "--quick", "--category",
-                     "code-generation", "--spec", "off,draft", "--max-tokens", "8", "--warmup", "0", "--json", report, "-c", "1024",
-                     "--quiet", timeout=600)
+    result = specrun(
+        "bench",
+        "--target",
+        tiny_target,
+        "--draft",
+        tiny_draft,
+        "--rpc",
+        worker.endpoint,
+        "--quick",
+        "--category",
+        "code-generation",
+        "--spec",
+        "off,draft",
+        "--max-tokens",
+        "8",
+        "--warmup",
+        "0",
+        "--json",
+        report,
+        "-c",
+        "1024",
+        "--quiet",
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     placement = json.loads(report.read_text())["environment"]["placement"]
     assert any(s["endpoint"] == worker.endpoint for s in placement["target"]["devices"])

@@ -25,8 +25,13 @@ def _has_netem() -> bool:
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True)
-        return subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
-                              capture_output=True).returncode == 0
+        return (
+            subprocess.run(
+                ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+                capture_output=True,
+            ).returncode
+            == 0
+        )
     except (subprocess.CalledProcessError, OSError):
         return False
     finally:
@@ -43,12 +48,38 @@ def namespaces() -> set[str]:
 
 def test_rpc_bench_script_runs_over_a_delayed_link_and_cleans_up(tiny_target, tiny_draft, tmp_path):
     before = namespaces()
-    env = {**cli_env(), "SPECRUN_PYTHON": sys.executable, "SPECRUN_RPC_OUT": str(tmp_path), "SPECRUN_RPC_RUNS": "link loopback",
-           "SPECRUN_RPC_THREADS": "1"}
+    env = {
+        **cli_env(),
+        "SPECRUN_PYTHON": sys.executable,
+        "SPECRUN_RPC_OUT": str(tmp_path),
+        "SPECRUN_RPC_RUNS": "link loopback",
+        "SPECRUN_RPC_THREADS": "1",
+    }
     result = subprocess.run(
-        ["bash", str(SCRIPT), "--target", str(tiny_target), "--draft", str(tiny_draft), "--quick", "--category", "code-generation",
-         "--max-tokens", "8", "--warmup", "0", "--spec", "off,draft,ngram,auto", "-c", "1024", "--quiet"],
-        capture_output=True, text=True, env=env, timeout=900,
+        [
+            "bash",
+            str(SCRIPT),
+            "--target",
+            str(tiny_target),
+            "--draft",
+            str(tiny_draft),
+            "--quick",
+            "--category",
+            "code-generation",
+            "--max-tokens",
+            "8",
+            "--warmup",
+            "0",
+            "--spec",
+            "off,draft,ngram,auto",
+            "-c",
+            "1024",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     link = json.loads((tmp_path / "bench-link.json").read_text())
@@ -57,7 +88,9 @@ def test_rpc_bench_script_runs_over_a_delayed_link_and_cleans_up(tiny_target, ti
         labels = {row["label"] for row in doc["categories"] if row["category"] == "all"}
         assert {"plain", "ngram K=4", "auto K=31"} <= labels and any(label.startswith("draft") for label in labels)
         target = doc["environment"]["placement"]["target"]["devices"]
-        assert [s["device"] for s in target if s["layers"]][0].startswith("RPC")  # --gpu-layers all: every layer on the worker
+        assert [s["device"] for s in target if s["layers"]][0].startswith(
+            "RPC"
+        )  # --gpu-layers all: every layer on the worker
     link_endpoint = [s["endpoint"] for s in link["environment"]["placement"]["target"]["devices"] if s["endpoint"]][0]
     assert parse_endpoint(link_endpoint).host.startswith("10.211.")
     summary = (tmp_path / "summary.md").read_text()
@@ -66,12 +99,44 @@ def test_rpc_bench_script_runs_over_a_delayed_link_and_cleans_up(tiny_target, ti
     assert "specrun-rpc-" not in subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
 
 
-@pytest.mark.skipif(REASON is None and not _has_netem(), reason="the kernel has no netem qdisc (CONFIG_NET_SCH_NETEM); "
-                    "the script falls back to a userspace delay proxy, tested above")
+@pytest.mark.skipif(
+    REASON is None and not _has_netem(),
+    reason="the kernel has no netem qdisc (CONFIG_NET_SCH_NETEM); "
+    "the script falls back to a userspace delay proxy, tested above",
+)
 def test_rpc_bench_script_uses_netem_where_the_kernel_has_it(tiny_target, tmp_path):
-    env = {**cli_env(), "SPECRUN_PYTHON": sys.executable, "SPECRUN_RPC_OUT": str(tmp_path), "SPECRUN_RPC_RUNS": "link", "SPECRUN_RPC_THREADS": "1"}
-    result = subprocess.run(["bash", str(SCRIPT), "--target", str(tiny_target), "--draft", "none", "--quick", "--category",
-                             "code-generation", "--max-tokens", "4", "--warmup", "0", "--spec", "off", "-c", "1024", "--quiet"],
-                            capture_output=True, text=True, env=env, timeout=900)
+    env = {
+        **cli_env(),
+        "SPECRUN_PYTHON": sys.executable,
+        "SPECRUN_RPC_OUT": str(tmp_path),
+        "SPECRUN_RPC_RUNS": "link",
+        "SPECRUN_RPC_THREADS": "1",
+    }
+    result = subprocess.run(
+        [
+            "bash",
+            str(SCRIPT),
+            "--target",
+            str(tiny_target),
+            "--draft",
+            "none",
+            "--quick",
+            "--category",
+            "code-generation",
+            "--max-tokens",
+            "4",
+            "--warmup",
+            "0",
+            "--spec",
+            "off",
+            "-c",
+            "1024",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "tc netem 1 ms each way" in (tmp_path / "summary.md").read_text()

@@ -26,9 +26,31 @@ def test_a_link_cut_mid_generation_ends_the_run_within_seconds(tiny_target, tmp_
     worker = proc = None
     try:
         worker = start_worker(tmp_path, host=link.ns_ip, namespace=link.namespace)
-        proc = popen("run", "hi", "--target", tiny_target, "--draft", "none", "-n", "6000", "-c", "8192", "-t", "1", "--temp", "0",
-                     "--raw", "--ignore-eos", "--rpc", worker.endpoint, "-ngl", "all",
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        proc = popen(
+            "run",
+            "hi",
+            "--target",
+            tiny_target,
+            "--draft",
+            "none",
+            "-n",
+            "6000",
+            "-c",
+            "8192",
+            "-t",
+            "1",
+            "--temp",
+            "0",
+            "--raw",
+            "--ignore-eos",
+            "--rpc",
+            worker.endpoint,
+            "-ngl",
+            "all",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
         reader = proc.stdout.fileno()
         size = fcntl.fcntl(reader, F_SETPIPE_SZ, 4096)
         deadline = time.monotonic() + 120

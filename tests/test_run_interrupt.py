@@ -18,7 +18,9 @@ def test_interrupt_after_a_commit_prints_the_committed_text(monkeypatch, tiny_ta
     pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1))
     try:
         tokens = pair.prompt_tokens("interrupt me", chat=False)
-        settings = GenerationSettings(max_tokens=60, sampling=SamplingParams(temperature=0.0), draft_max=4, ignore_eos=True)
+        settings = GenerationSettings(
+            max_tokens=60, sampling=SamplingParams(temperature=0.0), draft_max=4, ignore_eos=True
+        )
         original = SequenceState.commit
         calls = {"n": 0}
 
@@ -36,7 +38,9 @@ def test_interrupt_after_a_commit_prints_the_committed_text(monkeypatch, tiny_ta
         monkeypatch.setattr(SequenceState, "commit", original)
         generated = int(re.search(r"(\d+) tok · ", out.err.getvalue()).group(1))
         assert generated > 4
-        reference = pair.generation(tokens, GenerationSettings(max_tokens=generated, sampling=settings.sampling, ignore_eos=True), mode="off")
+        reference = pair.generation(
+            tokens, GenerationSettings(max_tokens=generated, sampling=settings.sampling, ignore_eos=True), mode="off"
+        )
         expected = "".join(step.text for step in reference.run())
         assert out.out.getvalue() == expected
     finally:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-
 import pytest
 
 from specrun.engine import sampling
@@ -84,7 +83,9 @@ def test_the_top_k_found_from_a_subsample_is_the_exact_top_k():
         for k in (1, 40, 500):
             ids = top_ids(logits, k)
             assert len(set(ids.tolist())) == len(ids) == k
-            assert np.array_equal(np.sort(logits[ids]), np.sort(logits)[-k:])  # ties may pick either id, never a lower value
+            assert np.array_equal(
+                np.sort(logits[ids]), np.sort(logits)[-k:]
+            )  # ties may pick either id, never a lower value
 
 
 def test_the_sparse_distribution_is_the_full_vectors_and_draws_the_same_tokens():
@@ -112,8 +113,10 @@ def test_few_survivors_in_python_match_the_numpy_transforms(monkeypatch):
     """Top-k's few survivors are transformed in plain Python, many in numpy: the same distribution."""
     rng = np.random.default_rng(8)
     rows = [(rng.standard_normal(30_000) * s).astype(np.float32) for s in (0.5, 2, 6) for _ in range(3)]
-    settings = [SamplingParams(temperature=t, top_k=k, top_p=p, min_p=m)
-                for t, k, p, m in [(0.8, 40, 0.95, 0.05), (1.3, 100, 1.0, 0.0), (0.5, 20, 0.5, 0.0), (1.0, 200, 1.0, 0.2)]]
+    settings = [
+        SamplingParams(temperature=t, top_k=k, top_p=p, min_p=m)
+        for t, k, p, m in [(0.8, 40, 0.95, 0.05), (1.3, 100, 1.0, 0.0), (0.5, 20, 0.5, 0.0), (1.0, 200, 1.0, 0.2)]
+    ]
     few = [params.dist(row) for params in settings for row in rows]
     monkeypatch.setattr(sampling, "_FEW", 0)
     many = [params.dist(row) for params in settings for row in rows]

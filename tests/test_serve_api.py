@@ -43,7 +43,11 @@ def chat(url: str, message: str, **options) -> openai.types.chat.ChatCompletion:
 
 def streamed(url: str, message: str, **options) -> tuple[str, list]:
     options = {"max_tokens": 24, "temperature": 0, **options}
-    chunks = list(client(url).chat.completions.create(model="tiny", messages=[{"role": "user", "content": message}], stream=True, **options))
+    chunks = list(
+        client(url).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": message}], stream=True, **options
+        )
+    )
     return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks
 
 
@@ -79,7 +83,23 @@ def test_a_streamed_completion_equals_the_whole_one(server):
 
 def test_a_greedy_chat_answer_equals_specrun_runs(server, tiny_target, tiny_draft):
     answer = chat(server.url, "hello", max_tokens=24).choices[0].message.content
-    result = specrun("run", "hello", "-m", tiny_target, "-md", tiny_draft, "-n", "24", "--temp", "0", "-c", "512", "-t", "1", "--json")
+    result = specrun(
+        "run",
+        "hello",
+        "-m",
+        tiny_target,
+        "-md",
+        tiny_draft,
+        "-n",
+        "24",
+        "--temp",
+        "0",
+        "-c",
+        "512",
+        "-t",
+        "1",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     assert answer == json.loads(result.stdout)["text"]
 
@@ -88,7 +108,15 @@ def test_responses_carry_timings_with_draft_counts(pair):
     with served(pair, costs=FLAT_COSTS, draft_costs=CHEAP_DRAFTS, mode="draft", draft_max=4) as running:
         response = chat(running.url, "abc abc abc abc", max_tokens=32)
     timings = response.model_extra["timings"]
-    assert {"prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "predicted_per_second", "draft_n", "draft_n_accepted"} <= set(timings)
+    assert {
+        "prompt_n",
+        "prompt_ms",
+        "predicted_n",
+        "predicted_ms",
+        "predicted_per_second",
+        "draft_n",
+        "draft_n_accepted",
+    } <= set(timings)
     assert timings["predicted_n"] == response.usage.completion_tokens == 32
     assert timings["prompt_n"] + timings["cache_n"] == response.usage.prompt_tokens
     assert timings["draft_n"] > 0 and 0 < timings["draft_n_accepted"] <= timings["draft_n"]
@@ -112,8 +140,12 @@ def test_four_concurrent_clients_each_get_the_answer_they_get_alone(pair):
     gate = StepGate()
     with served(pair, gate=gate, costs=FLAT_COSTS, draft_costs=CHEAP_DRAFTS, parallel=4) as running:
         answers: dict[int, str] = {}
-        threads = [threading.Thread(target=lambda i=i, m=m: answers.__setitem__(i, chat(running.url, m).choices[0].message.content))
-                   for i, m in enumerate(MESSAGES)]
+        threads = [
+            threading.Thread(
+                target=lambda i=i, m=m: answers.__setitem__(i, chat(running.url, m).choices[0].message.content)
+            )
+            for i, m in enumerate(MESSAGES)
+        ]
         for thread in threads:
             thread.start()
         worker = running.service.worker
@@ -150,9 +182,11 @@ def test_a_stop_string_ends_the_answer_before_it(server):
 
 def test_a_follow_up_turn_reads_only_what_is_new(server):
     first = chat(server.url, "the quick brown fox", max_tokens=8)
-    messages = [{"role": "user", "content": "the quick brown fox"},
-                {"role": "assistant", "content": first.choices[0].message.content},
-                {"role": "user", "content": "and then?"}]
+    messages = [
+        {"role": "user", "content": "the quick brown fox"},
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "and then?"},
+    ]
     second = client(server.url).chat.completions.create(model="tiny", messages=messages, max_tokens=8, temperature=0)
     timings = second.model_extra["timings"]
     assert timings["cache_n"] >= first.usage.prompt_tokens and timings["prompt_n"] < second.usage.prompt_tokens
@@ -170,10 +204,14 @@ def test_models_and_health(server):
 
 def post(url: str, body, headers: dict | None = None) -> httpx.Response:
     content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return httpx.post(url + "/v1/chat/completions", content=content, headers={"content-type": "application/json", **(headers or {})})
+    return httpx.post(
+        url + "/v1/chat/completions", content=content, headers={"content-type": "application/json", **(headers or {})}
+    )
 
 
-def assert_openai_error(response: httpx.Response, status: int, param: str | None = None, code: str | None = None) -> dict:
+def assert_openai_error(
+    response: httpx.Response, status: int, param: str | None = None, code: str | None = None
+) -> dict:
     assert response.status_code == status, response.text
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["message"]
@@ -184,12 +222,24 @@ def assert_openai_error(response: httpx.Response, status: int, param: str | None
 
 
 def test_malformed_json_is_a_400(server):
-    error = assert_openai_error(post(server.url, b'{"messages": [{"role": "user", "content": "hi"}'), 400, code="invalid_json")
+    error = assert_openai_error(
+        post(server.url, b'{"messages": [{"role": "user", "content": "hi"}'), 400, code="invalid_json"
+    )
     assert error["type"] == "invalid_request_error"
 
 
-@pytest.mark.parametrize("field, value", [("temperature", "hot"), ("max_tokens", True), ("max_tokens", 2.5), ("messages", "hi"),
-                                          ("stream", "yes"), ("n", 2), ("max_tokens", 0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("temperature", "hot"),
+        ("max_tokens", True),
+        ("max_tokens", 2.5),
+        ("messages", "hi"),
+        ("stream", "yes"),
+        ("n", 2),
+        ("max_tokens", 0),
+    ],
+)
 def test_a_field_of_the_wrong_type_or_range_is_a_400_naming_it(server, field, value):
     body = {"messages": [{"role": "user", "content": "hi"}], field: value}
     error = assert_openai_error(post(server.url, body), 400, param=field)
@@ -218,7 +268,9 @@ def test_an_api_key_is_required_when_set(pair):
         assert_openai_error(missing, 401, code="invalid_api_key")  # checked before the body
         assert httpx.get(running.url + "/metrics").status_code == 401
         assert httpx.get(running.url + "/health").status_code == 200
-        answer = client(running.url, "sesame").chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
+        answer = client(running.url, "sesame").chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
         assert answer.usage.completion_tokens == 4
         assert metric(running.url, "specrun_generated_tokens_total", {"Authorization": "Bearer sesame"}) == 4
 
@@ -267,7 +319,10 @@ def test_draining_fails_the_waiting_and_cancels_the_active_when_time_is_up(pair)
         worker = running.service.worker
         results: dict[str, httpx.Response] = {}
         body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 400}
-        threads = [threading.Thread(target=lambda n=n: results.__setitem__(n, post(running.url, body))) for n in ("first", "second")]
+        threads = [
+            threading.Thread(target=lambda n=n: results.__setitem__(n, post(running.url, body)))
+            for n in ("first", "second")
+        ]
         threads[0].start()
         assert worker.wait_for(lambda: len(worker.requests()) == 1, WAIT)
         gate.allow(1)  # the first is admitted and takes a step
@@ -289,7 +344,11 @@ def test_draining_lets_active_requests_finish_within_the_grace(pair):
     with served(pair, gate=gate, costs=FLAT_COSTS, parallel=1) as running:
         worker = running.service.worker
         results: dict[str, httpx.Response] = {}
-        body = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 12, "temperature": 0}  # greedy: no sampled end token
+        body = {
+            "messages": [{"role": "user", "content": "hello"}],
+            "max_tokens": 12,
+            "temperature": 0,
+        }  # greedy: no sampled end token
         thread = threading.Thread(target=lambda: results.__setitem__("answer", post(running.url, body)))
         thread.start()
         assert worker.wait_for(lambda: len(worker.requests()) == 1, WAIT)
@@ -306,7 +365,9 @@ def test_draining_lets_active_requests_finish_within_the_grace(pair):
 def test_return_tokens_gives_the_ids_behind_the_text(server, pair):
     whole = chat(server.url, "hello", max_tokens=12, extra_body={"return_tokens": True})
     tokens = whole.choices[0].model_extra["tokens"]
-    assert len(tokens) == 12 and whole.choices[0].message.content == b"".join(pair.target_model.piece(t) for t in tokens).decode("utf-8", "replace")
+    assert len(tokens) == 12 and whole.choices[0].message.content == b"".join(
+        pair.target_model.piece(t) for t in tokens
+    ).decode("utf-8", "replace")
     _, chunks = streamed(server.url, "hello", max_tokens=12, extra_body={"return_tokens": True})
     assert [t for c in chunks if c.choices for t in (c.choices[0].model_extra or {}).get("tokens", [])] == tokens
     assert "tokens" not in chat(server.url, "hello", max_tokens=4).choices[0].model_extra

@@ -23,7 +23,12 @@ PROMPTS = [BenchPrompt("a/1", "a", "first"), BenchPrompt("b/1", "b", "second", s
 
 def test_the_workload_asks_every_prompt_for_a_long_and_a_short_answer_in_a_seeded_order():
     requests = workload(PROMPTS, 64, seed=3)
-    assert sorted((r.id, r.max_tokens) for r in requests) == [("a/1/long", 64), ("a/1/short", 16), ("b/1/long", 64), ("b/1/short", 16)]
+    assert sorted((r.id, r.max_tokens) for r in requests) == [
+        ("a/1/long", 64),
+        ("a/1/short", 16),
+        ("b/1/long", 64),
+        ("b/1/short", 16),
+    ]
     assert [r.id for r in workload(PROMPTS, 64, seed=3)] == [r.id for r in requests]
     assert {tuple(r.id for r in workload(PROMPTS, 64, seed=s)) for s in range(8)} != {tuple(r.id for r in requests)}
     assert [r.seed for r in requests] == [3, 4, 5, 6]
@@ -31,8 +36,20 @@ def test_the_workload_asks_every_prompt_for_a_long_and_a_short_answer_in_a_seede
 
 
 def outcome(i: int, completion: float, tokens: int, drafted: int = 0, accepted: int = 0, text: str = "x") -> Outcome:
-    return Outcome(f"r{i}", "a", 64, 200, ttft_s=completion / 4, completion_s=completion, completion_tokens=tokens,
-                   decode_tokens_per_s=10.0, draft_n=drafted, draft_n_accepted=accepted, finish_reason="length", text=text)
+    return Outcome(
+        f"r{i}",
+        "a",
+        64,
+        200,
+        ttft_s=completion / 4,
+        completion_s=completion,
+        completion_tokens=tokens,
+        decode_tokens_per_s=10.0,
+        draft_n=drafted,
+        draft_n_accepted=accepted,
+        finish_reason="length",
+        text=text,
+    )
 
 
 def test_a_run_summary_gives_throughput_over_the_burst_and_per_request_times():
@@ -46,8 +63,14 @@ def test_a_run_summary_gives_throughput_over_the_burst_and_per_request_times():
 
 def test_identical_counts_compare_with_plain_decoding_of_the_same_run_shape():
     def run(mode, texts, concurrency=1):
-        return {"mode": mode, "schedule": "srpt", "concurrency": concurrency, "repetition": 0, "temperature": 0.0,
-                "outcomes": [{"id": f"r{i}", "text": t, "tokens": [ord(c) for c in t]} for i, t in enumerate(texts)]}
+        return {
+            "mode": mode,
+            "schedule": "srpt",
+            "concurrency": concurrency,
+            "repetition": 0,
+            "temperature": 0.0,
+            "outcomes": [{"id": f"r{i}", "text": t, "tokens": [ord(c) for c in t]} for i, t in enumerate(texts)],
+        }
 
     runs = [run("off", ["a", "b", "c"]), run("auto", ["a", "b", "z"]), run("off", ["x"], 2), run("auto", ["x"], 2)]
     differing = mark_identical(runs)
@@ -65,8 +88,33 @@ def test_a_busy_machine_is_said_to_make_the_figures_unreliable():
 
 def test_bench_serve_runs_end_to_end(tiny_target, tiny_draft, tmp_path):
     report = tmp_path / "serve.md"
-    result = specrun("bench", "--serve", "-m", tiny_target, "-md", tiny_draft, "-c", "2048", "-t", "1", "--category", "code-generation",
-                     "--limit", "1", "-n", "12", "--concurrency", "1,2", "--warmup", "1", "--json", "-", "--markdown", report, timeout=600)
+    result = specrun(
+        "bench",
+        "--serve",
+        "-m",
+        tiny_target,
+        "-md",
+        tiny_draft,
+        "-c",
+        "2048",
+        "-t",
+        "1",
+        "--category",
+        "code-generation",
+        "--limit",
+        "1",
+        "-n",
+        "12",
+        "--concurrency",
+        "1,2",
+        "--warmup",
+        "1",
+        "--json",
+        "-",
+        "--markdown",
+        report,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["schema"] == "specrun.bench-serve/1" and doc["settings"]["requests"] == 2
@@ -79,12 +127,18 @@ def test_bench_serve_runs_end_to_end(tiny_target, tiny_draft, tmp_path):
         assert run["identical"] in (None, 2)  # greedy: every answer equals plain decoding's
     assert "verify_s" in doc["calibration"] and doc["environment"]["ctx_size"] == 2048
     assert isinstance(doc["warnings"], list) and all(0 < r["cpu_share"] for r in doc["runs"])
-    assert "| parallel | schedule | mode | tok/s |" in result.stderr and report.read_text().startswith("# specrun bench --serve")
+    assert "| parallel | schedule | mode | tok/s |" in result.stderr and report.read_text().startswith(
+        "# specrun bench --serve"
+    )
 
 
 def test_bench_serve_refuses_what_it_cannot_report(tiny_target):
-    for flags, message in ((["--csv", "x.csv"], "--csv"), (["--schedule", "lifo"], "lifo"), (["--concurrency", "0"], "--concurrency"),
-                           (["--spec", "off,sideways"], "sideways")):
+    for flags, message in (
+        (["--csv", "x.csv"], "--csv"),
+        (["--schedule", "lifo"], "lifo"),
+        (["--concurrency", "0"], "--concurrency"),
+        (["--spec", "off,sideways"], "sideways"),
+    ):
         result = specrun("bench", "--serve", "-m", tiny_target, "-md", "none", *flags)
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
 
@@ -94,8 +148,8 @@ def test_answers_that_differ_from_plain_decoding_are_judged_against_the_targets_
 
     from specrun.bench.serve_load import LoadRequest
     from specrun.cli.bench_serve import judge
-    from specrun.engine.sequence import GenerationSettings
     from specrun.engine.sampling import SamplingParams
+    from specrun.engine.sequence import GenerationSettings
     from specrun.runtime.pair import Pair, PairConfig
 
     request = LoadRequest("q/long", "q", "hello", None, 12, 0)
@@ -111,8 +165,15 @@ def test_answers_that_differ_from_plain_decoding_are_judged_against_the_targets_
     good, bad = {}, {}
     pair = load_pair(tiny_target, None)
     try:
-        judge(pair, [request], [(good, {"id": "q/long", "tokens": greedy, "text": "other"}, plain),
-                                (bad, {"id": "q/long", "tokens": wrong, "text": ""}, plain)], 512)
+        judge(
+            pair,
+            [request],
+            [
+                (good, {"id": "q/long", "tokens": greedy, "text": "other"}, plain),
+                (bad, {"id": "q/long", "tokens": wrong, "text": ""}, plain),
+            ],
+            512,
+        )
     finally:
         pair.close()
     assert good["near_ties"] == 1 and "violations" not in good

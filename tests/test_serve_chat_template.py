@@ -22,12 +22,16 @@ def post(url: str, **body) -> httpx.Response:
 
 def stream(url: str, **body) -> list[dict]:
     chunks = []
-    with httpx.stream("POST", url + "/v1/chat/completions", json={"max_tokens": 20, "temperature": 0, "stream": True, **body},
-                      timeout=WAIT) as response:
+    with httpx.stream(
+        "POST",
+        url + "/v1/chat/completions",
+        json={"max_tokens": 20, "temperature": 0, "stream": True, **body},
+        timeout=WAIT,
+    ) as response:
         assert response.status_code == 200
         for line in response.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
-                chunks.append(json.loads(line[len("data: "):]))
+                chunks.append(json.loads(line[len("data: ") :]))
     return chunks
 
 
@@ -52,7 +56,11 @@ def test_a_whole_answer_has_its_reasoning_apart(thinking_server):
     response = post(server.url, messages=HI)
     assert response.status_code == 200, response.text
     choice = response.json()["choices"][0]
-    assert choice["message"] == {"role": "assistant", "content": THINKER_CONTENT, "reasoning_content": THINKER_REASONING}
+    assert choice["message"] == {
+        "role": "assistant",
+        "content": THINKER_CONTENT,
+        "reasoning_content": THINKER_REASONING,
+    }
     assert choice["finish_reason"] == "stop"
 
 
@@ -76,7 +84,11 @@ def test_chat_template_kwargs_reach_the_template(thinking_server):
         assert response.status_code == 200, response.text
         usage[json.dumps(kwargs)] = response.json()["usage"]["prompt_tokens"]
     assert usage["null"] == usage['{"enable_thinking": true}'] == len(pair.tokens_for_messages(HI))
-    assert usage['{"enable_thinking": false}'] == len(pair.tokens_for_messages(HI, {"enable_thinking": False})) > usage["null"]
+    assert (
+        usage['{"enable_thinking": false}']
+        == len(pair.tokens_for_messages(HI, {"enable_thinking": False}))
+        > usage["null"]
+    )
 
 
 def test_an_opening_template_answer_starts_inside_the_reasoning(opening_server):
@@ -116,7 +128,7 @@ def test_nul_and_every_code_point_reach_the_model_intact(tiny_server, tiny_targe
     from specrun.models.chat_template import ChatTemplate
 
     server, _ = tiny_server
-    content = "a\u0000b \u2028 \U0001F327\ufe0f \x7f \U0010FFFF é"
+    content = "a\u0000b \u2028 \U0001f327\ufe0f \x7f \U0010ffff é"
     messages = [{"role": "user", "content": content}]
     model = Model(tiny_target)
     try:

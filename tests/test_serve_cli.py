@@ -16,7 +16,9 @@ def test_serve_answers_then_stops_on_sigterm_with_exit_0(tiny_target, tiny_draft
     process, url, lines = start("-m", str(tiny_target), "-md", str(tiny_draft), "-c", "512", "-t", "1")
     try:
         api = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=WAIT)
-        answer = api.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0)
+        answer = api.chat.completions.create(
+            model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=8, temperature=0
+        )
         assert answer.usage.completion_tokens == 8
         assert url.startswith("http://127.0.0.1:") and "--spec auto" in lines[-1] and "--parallel 4" in lines[-1]
     finally:
@@ -38,7 +40,9 @@ def test_listening_beyond_loopback_without_a_key_warns(tiny_target):
         assert any("without --api-key" in line for line in lines)
     finally:
         stop(process, signal.SIGTERM)
-    process, url, lines = start("-m", str(tiny_target), "-md", "none", "-c", "512", "-t", "1", "--host", "0.0.0.0", "--api-key", "k")
+    process, url, lines = start(
+        "-m", str(tiny_target), "-md", "none", "-c", "512", "-t", "1", "--host", "0.0.0.0", "--api-key", "k"
+    )
     try:
         assert not any("without --api-key" in line for line in lines)
         assert httpx.get(url + "/v1/models").status_code == 401
@@ -53,7 +57,9 @@ def test_a_port_in_use_is_one_line_and_exit_1(tiny_target):
         port = busy.getsockname()[1]
         result = specrun("serve", "-m", tiny_target, "-md", "none", "--port", str(port))
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [f"specrun: error: port {port} on 127.0.0.1 is in use (stop the other server or pass another --port)"]
+    assert result.stderr.strip().splitlines() == [
+        f"specrun: error: port {port} on 127.0.0.1 is in use (stop the other server or pass another --port)"
+    ]
 
 
 def test_bad_flags_are_usage_errors(tiny_target):
@@ -65,7 +71,9 @@ def test_bad_flags_are_usage_errors(tiny_target):
 
 
 def test_draft_max_0_serves_without_drafts(tiny_target, tiny_draft):
-    process, url, lines = start("-m", str(tiny_target), "-md", str(tiny_draft), "-c", "512", "-t", "1", "--spec", "ngram", "--draft-max", "0")
+    process, url, lines = start(
+        "-m", str(tiny_target), "-md", str(tiny_draft), "-c", "512", "-t", "1", "--spec", "ngram", "--draft-max", "0"
+    )
     try:
         api = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=WAIT)
         answer = api.completions.create(model="x", prompt="abc abc abc abc abc abc", max_tokens=24, temperature=0)

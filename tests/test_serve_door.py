@@ -48,7 +48,7 @@ def read_status(sock: socket.socket) -> tuple[int, bytes]:
     while b"\r\n\r\n" not in data or not _complete(data):
         try:
             chunk = sock.recv(65536)
-        except (ConnectionResetError, socket.timeout):
+        except (TimeoutError, ConnectionResetError):
             break
         if not chunk:
             break
@@ -98,8 +98,10 @@ def send_body(url: str, head: bytes, chunks, *, chunked: bool) -> tuple[int, int
 
 def head(path: str, url: str, *, length: int | None = None, extra: str = "") -> bytes:
     framing = f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
-    return (f"POST {path} HTTP/1.1\r\nHost: {':'.join(map(str, address(url)))}\r\nContent-Type: application/json\r\n"
-            f"{framing}\r\n{extra}\r\n").encode()
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {':'.join(map(str, address(url)))}\r\nContent-Type: application/json\r\n"
+        f"{framing}\r\n{extra}\r\n"
+    ).encode()
 
 
 def chunks_of(total: int, size: int = 64 * 1024):
@@ -156,7 +158,9 @@ def test_a_50_mb_body_leaves_the_servers_memory_as_it_was(tiny_target):
         assert httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=WAIT).status_code == 200
         body = 50_000_000
         before = peak_rss_kib(process.pid)
-        status, sent, _ = send_body(url, head("/v1/completions", url, length=body), chunks_of(body, 1 << 20), chunked=False)
+        status, sent, _ = send_body(
+            url, head("/v1/completions", url, length=body), chunks_of(body, 1 << 20), chunked=False
+        )
         declared = peak_rss_kib(process.pid) - before
         assert status == 413 and sent < body
         assert declared < 2 * 1024, f"the server's peak memory grew by {declared} KiB"
@@ -173,7 +177,9 @@ def test_a_50_mb_body_leaves_the_servers_memory_as_it_was(tiny_target):
 # -- type ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data", None])
+@pytest.mark.parametrize(
+    "kind", ["text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded", "multipart/form-data", None]
+)
 def test_a_post_that_is_not_json_is_a_415(server, kind):
     headers = {"content-type": kind} if kind else {}
     for path in ("/v1/chat/completions", "/v1/completions"):
@@ -183,32 +189,58 @@ def test_a_post_that_is_not_json_is_a_415(server, kind):
 
 
 def test_json_with_a_charset_is_json(server):
-    response = httpx.post(server.url + "/v1/chat/completions", content=json.dumps(CHAT).encode(),
-                          headers={"content-type": "application/json; charset=utf-8"}, timeout=WAIT)
+    response = httpx.post(
+        server.url + "/v1/chat/completions",
+        content=json.dumps(CHAT).encode(),
+        headers={"content-type": "application/json; charset=utf-8"},
+        timeout=WAIT,
+    )
     assert response.status_code == 200
 
 
 # -- Host ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("host", ["evil.example", "evil.example:8080", "127.0.0.1.evil.example", "localhost.evil.example", "10.0.0.1",
-                                  "[::1", "localhost:http"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example",
+        "evil.example:8080",
+        "127.0.0.1.evil.example",
+        "localhost.evil.example",
+        "10.0.0.1",
+        "[::1",
+        "localhost:http",
+    ],
+)
 def test_a_host_that_is_not_loopback_is_a_403(server, host):
     for method, path in (("POST", "/v1/chat/completions"), ("GET", "/health"), ("GET", "/v1/models")):
-        response = httpx.request(method, server.url + path, json=CHAT if method == "POST" else None, headers={"host": host}, timeout=WAIT)
+        response = httpx.request(
+            method, server.url + path, json=CHAT if method == "POST" else None, headers={"host": host}, timeout=WAIT
+        )
         assert response.status_code == 403, (host, path, response.text)
         assert response.json()["error"]["code"] == "host_not_allowed"
 
 
-@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:8080", "127.0.0.1", "127.0.0.2:80", "[::1]", "[::1]:8080", "app.localhost"])
+@pytest.mark.parametrize(
+    "host", ["localhost", "LOCALHOST:8080", "127.0.0.1", "127.0.0.2:80", "[::1]", "[::1]:8080", "app.localhost"]
+)
 def test_a_loopback_host_is_answered(server, host):
-    assert httpx.post(server.url + "/v1/chat/completions", json=CHAT, headers={"host": host}, timeout=WAIT).status_code == 200
+    assert (
+        httpx.post(server.url + "/v1/chat/completions", json=CHAT, headers={"host": host}, timeout=WAIT).status_code
+        == 200
+    )
 
 
 def test_a_server_beyond_loopback_answers_any_host(pair):
     with served(pair, costs=FLAT_COSTS, mode="off", host="0.0.0.0", api_key="k") as running:
         url = running.url.replace("0.0.0.0", "127.0.0.1")
-        response = httpx.post(url + "/v1/chat/completions", json=CHAT, headers={"host": "specrun.lan", "authorization": "Bearer k"}, timeout=WAIT)
+        response = httpx.post(
+            url + "/v1/chat/completions",
+            json=CHAT,
+            headers={"host": "specrun.lan", "authorization": "Bearer k"},
+            timeout=WAIT,
+        )
         assert response.status_code == 200
 
 
@@ -216,15 +248,24 @@ def test_a_server_beyond_loopback_answers_any_host(pair):
 
 
 def preflight(url: str, origin: str) -> httpx.Response:
-    return httpx.options(url + "/v1/chat/completions", headers={"origin": origin, "access-control-request-method": "POST",
-                                                               "access-control-request-headers": "content-type"}, timeout=WAIT)
+    return httpx.options(
+        url + "/v1/chat/completions",
+        headers={
+            "origin": origin,
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "content-type",
+        },
+        timeout=WAIT,
+    )
 
 
 def test_cors_is_off_without_an_origin(pair):
     with served(pair, costs=FLAT_COSTS, mode="off") as running:
         answer = preflight(running.url, "http://localhost:3000")
         assert answer.status_code >= 400 and "access-control-allow-origin" not in answer.headers
-        post = httpx.post(running.url + "/v1/chat/completions", json=CHAT, headers={"origin": "http://localhost:3000"}, timeout=WAIT)
+        post = httpx.post(
+            running.url + "/v1/chat/completions", json=CHAT, headers={"origin": "http://localhost:3000"}, timeout=WAIT
+        )
         assert post.status_code == 200 and "access-control-allow-origin" not in post.headers
 
 
@@ -234,9 +275,13 @@ def test_cors_answers_the_origins_given_and_no_other(server):
     assert "POST" in allowed.headers["access-control-allow-methods"]
     other = preflight(server.url, "https://evil.example")
     assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
-    post = httpx.post(server.url + "/v1/chat/completions", json=CHAT, headers={"origin": "http://localhost:3000"}, timeout=WAIT)
+    post = httpx.post(
+        server.url + "/v1/chat/completions", json=CHAT, headers={"origin": "http://localhost:3000"}, timeout=WAIT
+    )
     assert post.status_code == 200 and post.headers["access-control-allow-origin"] == "http://localhost:3000"
-    post = httpx.post(server.url + "/v1/chat/completions", json=CHAT, headers={"origin": "https://evil.example"}, timeout=WAIT)
+    post = httpx.post(
+        server.url + "/v1/chat/completions", json=CHAT, headers={"origin": "https://evil.example"}, timeout=WAIT
+    )
     assert "access-control-allow-origin" not in post.headers
 
 
@@ -250,11 +295,30 @@ def test_a_bad_cors_origin_is_a_usage_error(tiny_target):
 
 def test_the_flags_reach_the_server(tiny_target):
     """--max-body, --cors-origin and --max-connections as given on the command line."""
-    process, url, _ = start("-m", str(tiny_target), "-md", "none", "-c", "512", "-t", "1", "-q",
-                            "--max-body", "4096", "--cors-origin", "http://localhost:3000/", "--max-connections", "1")
+    process, url, _ = start(
+        "-m",
+        str(tiny_target),
+        "-md",
+        "none",
+        "-c",
+        "512",
+        "-t",
+        "1",
+        "-q",
+        "--max-body",
+        "4096",
+        "--cors-origin",
+        "http://localhost:3000/",
+        "--max-connections",
+        "1",
+    )
     try:
         with httpx.Client(timeout=WAIT) as held:  # one connection, kept open between requests
-            small = held.post(url + "/v1/completions", json={"prompt": "word " * 40, "max_tokens": 2}, headers={"origin": "http://localhost:3000"})
+            small = held.post(
+                url + "/v1/completions",
+                json={"prompt": "word " * 40, "max_tokens": 2},
+                headers={"origin": "http://localhost:3000"},
+            )
             assert small.status_code == 200 and small.headers["access-control-allow-origin"] == "http://localhost:3000"
             assert httpx.get(url + "/health", timeout=WAIT).status_code == 503  # a second connection
         wait_until_answered(url)
@@ -281,7 +345,7 @@ def test_connections_beyond_the_limit_are_a_503(pair):
         try:
             for _ in range(2):
                 sock = socket.create_connection(address(running.url))
-                sock.sendall(f"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 assert read_status(sock)[0] == 200  # answered, and kept open
                 held.append(sock)
             refused = httpx.get(running.url + "/health", timeout=WAIT)

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from serve_helpers import FLAT_COSTS, WAIT, StepGate, load_pair, served
 
-from specrun.errors import SpecrunError
 from specrun.engine import step
+from specrun.errors import SpecrunError
 from specrun.serve.requests import Job
 
 PARALLEL = 2
@@ -30,7 +30,9 @@ def pair(tiny_target, tiny_draft):
 
 
 def post(url: str, body: dict, path: str = "/v1/chat/completions", timeout: float = WAIT) -> httpx.Response:
-    return httpx.post(url + path, content=json.dumps(body).encode(), headers={"content-type": "application/json"}, timeout=timeout)
+    return httpx.post(
+        url + path, content=json.dumps(body).encode(), headers={"content-type": "application/json"}, timeout=timeout
+    )
 
 
 def ask(url: str, message: str = "hello", max_tokens: int = 6, timeout: float = WAIT, **fields) -> httpx.Response:
@@ -164,7 +166,9 @@ def test_a_310_digit_max_tokens_is_a_400_and_the_server_goes_on(pair, field):
         refused = post(running.url, {"messages": [{"role": "user", "content": "hi"}], field: BIG}, timeout=10.0)
         error = assert_error(refused, 400, "max_tokens_too_large")
         assert error["param"] == field and "at most 512" in error["message"]
-        assert_error(post(running.url, {"prompt": "abc", "max_tokens": 513}, "/v1/completions"), 400, "max_tokens_too_large")
+        assert_error(
+            post(running.url, {"prompt": "abc", "max_tokens": 513}, "/v1/completions"), 400, "max_tokens_too_large"
+        )
         assert ask(running.url).status_code == 200
         assert httpx.get(running.url + "/health").json()["status"] == "ok"
 
@@ -181,7 +185,9 @@ def test_a_full_fcfs_queue_is_a_503_whatever_the_active_request_asks(pair):
     with served(pair, gate=gate, costs=FLAT_COSTS, parallel=1, queue=0, schedule="fcfs") as running:
         worker, service = running.service.worker, running.service
         tokens = pair.target_model.tokenize("hello", add_special=True, parse_special=True)
-        huge = Job("chat", tokens, replace(service.options.base, max_tokens=BIG), max_tokens_given=BIG)  # past the door's bound
+        huge = Job(
+            "chat", tokens, replace(service.options.base, max_tokens=BIG), max_tokens_given=BIG
+        )  # past the door's bound
         handle = worker.submit(huge, lambda event: None)
         gate.allow(1)
         assert worker.wait_for(lambda: worker.snapshot()["active"] == 1, WAIT)
@@ -225,7 +231,9 @@ def test_an_engine_thread_that_ends_is_said_by_health_and_answered_503_at_once(p
         assert health.status_code == 503
         assert health.json()["status"] == "error" and "EngineCrash: injected crash" in health.json()["reason"]
         start = time.perf_counter()
-        for path, body in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
-                           ("/v1/completions", {"prompt": "hi"})):
+        for path, body in (
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+            ("/v1/completions", {"prompt": "hi"}),
+        ):
             assert_error(post(running.url, body, path, timeout=10.0), 503, "engine_stopped")
         assert time.perf_counter() - start < 5.0

@@ -59,5 +59,6 @@ def test_an_error_reaches_a_whole_answer_at_once():
         feed.sink(Event(done=True, error="server_error", message="boom"))
         await asyncio.sleep(0)
         return feed
+
     feed = asyncio.run(run())
     assert feed.queue.qsize() == 1 and feed.before == [STEPS[0]]

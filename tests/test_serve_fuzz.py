@@ -21,7 +21,13 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402 - after
 CTX = 64
 EXAMPLES = {"/v1/chat/completions": 150, "/v1/completions": 150}  # per generation mode; others: what their space holds
 OTHERS = 30
-OPERATIONS = {("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/v1/completions")}
+OPERATIONS = {
+    ("GET", "/health"),
+    ("GET", "/metrics"),
+    ("GET", "/v1/models"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/completions"),
+}
 AT_LEAST = 500
 
 
@@ -44,13 +50,22 @@ def test_generated_requests_are_never_a_5xx(pair):
             if op.method.upper() == "POST":
                 modes.append(schemathesis.GenerationMode.NEGATIVE)
             for mode in modes:
-                @settings(max_examples=EXAMPLES.get(op.path, OTHERS), deadline=None, database=None, derandomize=True,
-                          phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+
+                @settings(
+                    max_examples=EXAMPLES.get(op.path, OTHERS),
+                    deadline=None,
+                    database=None,
+                    derandomize=True,
+                    phases=[Phase.explicit, Phase.generate],
+                    suppress_health_check=list(HealthCheck),
+                )
                 @given(case=op.as_strategy(generation_mode=mode))
-                def answered(case) -> None:
+                def answered(case) -> None:  # run at once, inside this iteration
                     response = case.call(base_url=running.url, session=session, timeout=WAIT)
-                    statuses[(op.path, mode.value, response.status_code // 100)] += 1
-                    assert response.status_code < 500, f"{case.as_curl_command()} → {response.status_code} {response.text[:500]}"
+                    statuses[(op.path, mode.value, response.status_code // 100)] += 1  # noqa: B023
+                    assert response.status_code < 500, (
+                        f"{case.as_curl_command()} → {response.status_code} {response.text[:500]}"
+                    )
 
                 answered()
         total = sum(statuses.values())
@@ -59,8 +74,11 @@ def test_generated_requests_are_never_a_5xx(pair):
         assert total >= AT_LEAST, summary
         for path in EXAMPLES:
             assert statuses[(path, "positive", 2)] > 0 and statuses[(path, "negative", 4)] > 0, summary
-        answer = httpx.post(running.url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0},
-                            timeout=WAIT)
+        answer = httpx.post(
+            running.url + "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0},
+            timeout=WAIT,
+        )
         assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 4
         health = httpx.get(running.url + "/health", timeout=WAIT)
         assert health.status_code == 200 and health.json()["active"] == 0 and not running.service.engine.slots.busy

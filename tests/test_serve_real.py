@@ -41,14 +41,16 @@ def client(server) -> openai.OpenAI:
 
 
 def ask(server, message: str, max_tokens: int = TOKENS, **options):
-    return client(server).chat.completions.create(model="qwen", messages=[{"role": "user", "content": message}],
-                                                  max_tokens=max_tokens, temperature=0, **options)
+    return client(server).chat.completions.create(
+        model="qwen", messages=[{"role": "user", "content": message}], max_tokens=max_tokens, temperature=0, **options
+    )
 
 
 def test_a_greedy_chat_answer_through_the_openai_client_equals_specrun_runs(server, real_pair_paths):
     answer = ask(server, MESSAGE, extra_body={"return_tokens": True})
-    chunks = client(server).chat.completions.create(model="qwen", messages=[{"role": "user", "content": MESSAGE}], max_tokens=TOKENS,
-                                                    temperature=0, stream=True)
+    chunks = client(server).chat.completions.create(
+        model="qwen", messages=[{"role": "user", "content": MESSAGE}], max_tokens=TOKENS, temperature=0, stream=True
+    )
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     text = answer.choices[0].message.content
     assert text and {"draft_n", "draft_n_accepted"} <= set(answer.model_extra["timings"])
@@ -70,18 +72,28 @@ def test_a_greedy_chat_answer_through_the_openai_client_equals_specrun_runs(serv
 
 def counters(server) -> dict[str, float]:
     text = httpx.get(server.url + "/metrics").text
-    names = {"completed": r'specrun_requests_total\{endpoint="chat",outcome="completed"\}', "drafted": "specrun_draft_tokens_total",
-             "accepted": "specrun_draft_tokens_accepted_total"}
+    names = {
+        "completed": r'specrun_requests_total\{endpoint="chat",outcome="completed"\}',
+        "drafted": "specrun_draft_tokens_total",
+        "accepted": "specrun_draft_tokens_accepted_total",
+    }
     found = {key: re.search(rf"^{pattern} (\S+)$", text, re.M) for key, pattern in names.items()}
     return {key: float(match.group(1)) if match else 0.0 for key, match in found.items()}
 
 
 def test_four_concurrent_requests_are_all_answered_and_metrics_count_their_drafts(server):
-    messages = ["Explain what a mutex is in one sentence.", "Rename x to count in: def f(x): return x + 1",
-                "Write a haiku about rust.", "List three HTTP methods."]
+    messages = [
+        "Explain what a mutex is in one sentence.",
+        "Rename x to count in: def f(x): return x + 1",
+        "Write a haiku about rust.",
+        "List three HTTP methods.",
+    ]
     before = counters(server)
     answers: dict[int, openai.types.chat.ChatCompletion] = {}
-    threads = [threading.Thread(target=lambda i=i, m=m: answers.__setitem__(i, ask(server, m, max_tokens=24))) for i, m in enumerate(messages)]
+    threads = [
+        threading.Thread(target=lambda i=i, m=m: answers.__setitem__(i, ask(server, m, max_tokens=24)))
+        for i, m in enumerate(messages)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -95,7 +107,9 @@ def test_four_concurrent_requests_are_all_answered_and_metrics_count_their_draft
 
 
 def test_malformed_json_and_an_over_long_prompt_get_400(server):
-    bad = httpx.post(server.url + "/v1/chat/completions", content=b'{"messages": [', headers={"content-type": "application/json"})
+    bad = httpx.post(
+        server.url + "/v1/chat/completions", content=b'{"messages": [', headers={"content-type": "application/json"}
+    )
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_json"
     with pytest.raises(openai.BadRequestError) as caught:
         ask(server, "word " * 1200)

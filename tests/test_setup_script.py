@@ -67,7 +67,9 @@ def nvidia(bin_dir: Path) -> None:
 def gpu_driver(bin_dir: Path, cuda: str = "13.0") -> None:
     """A driver for CUDA `cuda` whose nvidia-smi lists one GPU (-L) and prints its usual header."""
     header = f"| NVIDIA-SMI 580.159.03   Driver Version: 580.159.03   CUDA Version: {cuda}     |"
-    fake_tool(bin_dir, "nvidia-smi", f'case "$1" in -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)";; *) echo "{header}";; esac')
+    fake_tool(
+        bin_dir, "nvidia-smi", f'case "$1" in -L) echo "GPU 0: NVIDIA H200 (UUID: GPU-0)";; *) echo "{header}";; esac'
+    )
 
 
 def dry_run(repo: Path, bin_dir: Path, **env: str) -> subprocess.CompletedProcess:
@@ -75,8 +77,9 @@ def dry_run(repo: Path, bin_dir: Path, **env: str) -> subprocess.CompletedProces
     calls = repo.parent / "python-calls.log"
     python = fake_tool(bin_dir, "python3", f'echo "$@" >> "{calls}"; mkdir -p .venv/bin')
     base = {"PATH": str(bin_dir), "HOME": str(repo.parent), "PYTHON": str(python), "SPECRUN_SETUP_DRY_RUN": "1"}
-    return subprocess.run([BASH, str(repo / "scripts" / "setup.sh")], env={**base, **env}, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [BASH, str(repo / "scripts" / "setup.sh")], env={**base, **env}, capture_output=True, text=True, timeout=60
+    )
 
 
 def settings(result: subprocess.CompletedProcess) -> dict[str, str]:
@@ -129,7 +132,9 @@ def test_cuda_home_toolkit_off_path_is_found_and_given_to_cmake(repo, bin_dir, t
 def test_user_cuda_architectures_and_cmake_args_are_kept(repo, bin_dir):
     machine(bin_dir)
     nvidia(bin_dir)
-    args = settings(dry_run(repo, bin_dir, CMAKE_CUDA_ARCHITECTURES="90", CMAKE_ARGS="-DGGML_CUDA_FA_ALL_QUANTS=on"))["CMAKE_ARGS"].split()
+    args = settings(dry_run(repo, bin_dir, CMAKE_CUDA_ARCHITECTURES="90", CMAKE_ARGS="-DGGML_CUDA_FA_ALL_QUANTS=on"))[
+        "CMAKE_ARGS"
+    ].split()
     assert "-DCMAKE_CUDA_ARCHITECTURES=90" in args and "-DCMAKE_CUDA_ARCHITECTURES=native" not in args
     assert args[-1] == "-DGGML_CUDA_FA_ALL_QUANTS=on"  # last, so CMake lets it override ours
     assert "-DGGML_RPC=on" in args
@@ -209,8 +214,14 @@ def test_dry_run_prints_the_build_command_and_changes_nothing(repo, bin_dir):
 def test_extras_switch_wheelhouse_and_venv_reach_pip(repo, bin_dir, tmp_path):
     machine(bin_dir)
     venv = tmp_path / "venv"
-    result = dry_run(repo, bin_dir, SPECRUN_SETUP_EXTRAS="test", SPECRUN_WHEELHOUSE=str(tmp_path),
-                     PIP_FIND_LINKS="/more/wheels", SPECRUN_VENV=str(venv))
+    result = dry_run(
+        repo,
+        bin_dir,
+        SPECRUN_SETUP_EXTRAS="test",
+        SPECRUN_WHEELHOUSE=str(tmp_path),
+        PIP_FIND_LINKS="/more/wheels",
+        SPECRUN_VENV=str(venv),
+    )
     assert f"{venv}/bin/python -m pip install --quiet -e '.[test]'" in result.stdout
     assert f"PIP_NO_INDEX=1 PIP_FIND_LINKS='{tmp_path} /more/wheels'" in result.stdout
     assert f"{venv}/bin/python -m pip install --quiet --no-cache-dir" in result.stdout
@@ -219,7 +230,6 @@ def test_extras_switch_wheelhouse_and_venv_reach_pip(repo, bin_dir, tmp_path):
 def test_parallel_level_is_honoured(repo, bin_dir):
     machine(bin_dir)
     assert settings(dry_run(repo, bin_dir, CMAKE_BUILD_PARALLEL_LEVEL="7"))["CMAKE_BUILD_PARALLEL_LEVEL"] == "7"
-
 
 
 def test_gpu_without_nvcc_builds_cuda_against_pypi_toolkit_of_the_driver_version(repo, bin_dir, tmp_path):
@@ -236,8 +246,14 @@ def test_gpu_without_nvcc_builds_cuda_against_pypi_toolkit_of_the_driver_version
     assert found["CUDACXX"] == f"{venv}/cuda-toolkit/bin/nvcc"
     install = next(line for line in result.stdout.splitlines() if "nvidia-cuda-nvcc" in line)
     assert install.startswith(f"{venv}/bin/python -m pip install")
-    for name in ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl",
-                 "nvidia-cublas"):
+    for name in (
+        "nvidia-cuda-nvcc",
+        "nvidia-cuda-crt",
+        "nvidia-nvvm",
+        "nvidia-cuda-runtime",
+        "nvidia-cuda-cccl",
+        "nvidia-cublas",
+    ):
         assert f"'{name}>=13.0,<13.1'" in install
     assert not (repo.parent / "python-calls.log").exists(), "the dry run called Python"
 

@@ -31,7 +31,9 @@ def test_tiny_shape_loads_and_generates(tmp_path, qtype):
     import llama_cpp
 
     out = tmp_path / "tiny.gguf"
-    subprocess.run([sys.executable, str(SCRIPT), "--shape", "tiny-qwen2", "--type", qtype, str(out)], check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, str(SCRIPT), "--shape", "tiny-qwen2", "--type", qtype, str(out)], check=True, timeout=120
+    )
     assert not (tmp_path / "tiny.gguf.partial").exists()
     model = llama_cpp.Llama(model_path=str(out), n_ctx=256, logits_all=True, verbose=False)
     try:

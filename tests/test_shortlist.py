@@ -25,11 +25,16 @@ def _top(row: np.ndarray, k: int) -> Shortlist:
     return Shortlist(ids, row[ids])
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(0.8, 40, 0.95, 0.05), SamplingParams(1.3, 40, 1.0, 0.0), SamplingParams(0.5, 40, 0.5, 0.2),
-    SamplingParams(0.8, 10, 0.95, 0.05),  # a wider shortlist than the sampling's own k
-    SamplingParams(0.8, 600, 0.99, 0.0),  # more survivors than the plain-Python path takes
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(0.8, 40, 0.95, 0.05),
+        SamplingParams(1.3, 40, 1.0, 0.0),
+        SamplingParams(0.5, 40, 0.5, 0.2),
+        SamplingParams(0.8, 10, 0.95, 0.05),  # a wider shortlist than the sampling's own k
+        SamplingParams(0.8, 600, 0.99, 0.0),  # more survivors than the plain-Python path takes
+    ],
+)
 def test_a_shortlist_gives_the_distribution_of_its_full_row(params):
     rng = np.random.default_rng(3)
     for _ in range(20):
@@ -78,9 +83,11 @@ def _buffers(order: list[int], n_vocab: int, k: int):
         ids[slot, :k] = np.arange(k) + 100 * position
         logits[slot, :k] = -np.arange(k) - 0.5 * position
     stride = 4 * n_vocab
-    readers = (lambda ctx, i: ids.ctypes.data + order[i] * stride,
-               lambda ctx, i: logits.ctypes.data + order[i] * stride,
-               lambda ctx, i: k)
+    readers = (
+        lambda ctx, i: ids.ctypes.data + order[i] * stride,
+        lambda ctx, i: logits.ctypes.data + order[i] * stride,
+        lambda ctx, i: k,
+    )
     fake = SimpleNamespace(ptr=None, model=SimpleNamespace(n_vocab=n_vocab), _sampled_at=readers)
     return fake, ids, logits
 
@@ -165,7 +172,9 @@ def test_a_pass_reads_every_cut_right_whichever_sequences_sit_it_out(model):
                     ctx.clear(seq)
                     history[seq] = []
                 mode = str(rng.choice(["all", "last", "last", "none"]))
-                segments.append(Segment(seq, [int(t) for t in rng.integers(0, model.n_vocab, int(rng.integers(1, 7)))], mode))
+                segments.append(
+                    Segment(seq, [int(t) for t in rng.integers(0, model.n_vocab, int(rng.integers(1, 7)))], mode)
+                )
             if not segments:
                 continue
             for segment, rows in zip(segments, ctx.decode(segments, copy=False)):
@@ -201,8 +210,9 @@ def test_contexts_that_keep_hidden_rows_always_return_full_rows(dense_mtp_target
         ctx.close()
 
 
-@pytest.mark.parametrize("sampling,k", [(SamplingParams(temperature=0), 1), (SamplingParams(0.8, 40), 40),
-                                        (SamplingParams(0.8, 0), 0)])
+@pytest.mark.parametrize(
+    "sampling,k", [(SamplingParams(temperature=0), 1), (SamplingParams(0.8, 40), 40), (SamplingParams(0.8, 0), 0)]
+)
 def test_a_generation_has_its_rows_cut_to_what_its_sampling_needs(model, sampling, k):
     """The cut it asks for, and the same tokens as with full rows (the same seed draws the same
     tokens from the same distributions)."""
@@ -211,7 +221,9 @@ def test_a_generation_has_its_rows_cut_to_what_its_sampling_needs(model, samplin
         target = Context(model, n_seq=2, n_ctx=128, n_threads=1)
         try:
             engine = Engine(target)
-            state = engine.admit([1, 2, 3, 4], GenerationSettings(max_tokens=12, sampling=sampling, seed=9, ignore_eos=True))
+            state = engine.admit(
+                [1, 2, 3, 4], GenerationSettings(max_tokens=12, sampling=sampling, seed=9, ignore_eos=True)
+            )
             assert target.shortlisted(state.seq) == k
             if not cut:
                 target.shortlist(state.seq, 0)
@@ -229,7 +241,10 @@ def test_the_draft_model_keeps_full_rows_where_its_choice_needs_them(model, tiny
     try:
         drafter = ModelDrafter(ctx)
         greedy, sampled = SamplingParams(temperature=0), SamplingParams(0.8, 20)
-        requests = [DraftRequest(0, [1, 2, 3], 2, greedy, make_rng(0)), DraftRequest(1, [1, 2], 2, sampled, make_rng(0))]
+        requests = [
+            DraftRequest(0, [1, 2, 3], 2, greedy, make_rng(0)),
+            DraftRequest(1, [1, 2], 2, sampled, make_rng(0)),
+        ]
         made = drafter.propose(requests)
         assert [ctx.shortlisted(0), ctx.shortlisted(1)] == [1, 20] and len(made.drafts[1].q) == 2
         drafter.p_min = 0.5  # a greedy draft's confidence is a softmax over the whole row

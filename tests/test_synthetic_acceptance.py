@@ -50,8 +50,13 @@ def test_the_rule_repeats_with_its_seed_and_commits_the_target_token():
 
 def test_configurations_run_every_speculative_one_per_rate():
     configs = configurations(["off", "draft"], [2, 4], [0.0], synthetic=[0.6, 0.9])
-    assert [c.id for c in configs] == ["off-t0", "draft-k2-t0-synthetic0.6", "draft-k2-t0-synthetic0.9",
-                                       "draft-k4-t0-synthetic0.6", "draft-k4-t0-synthetic0.9"]
+    assert [c.id for c in configs] == [
+        "off-t0",
+        "draft-k2-t0-synthetic0.6",
+        "draft-k2-t0-synthetic0.9",
+        "draft-k4-t0-synthetic0.6",
+        "draft-k4-t0-synthetic0.9",
+    ]
     assert configs[0].verifier(0) is None and configs[1].verifier(0).p == 0.6
     assert "synthetic 0.6" in configs[1].label()
     for bad in ([1.2], [-0.1], [float("nan")], []):
@@ -62,9 +67,28 @@ def test_configurations_run_every_speculative_one_per_rate():
 
 
 def test_the_bench_accepts_at_the_rate_and_marks_its_rows(tiny_target, tiny_draft, small_prompts, tmp_path):  # noqa: F811
-    result = bench_cli("--target", tiny_target, "--draft", tiny_draft, "--prompts", small_prompts, "--runs", "1", "-n", "120",
-                       "--draft-max", "4", "--ignore-eos", "--warmup", "0", "--synthetic-acceptance", "0.3,0.9",
-                       "--json", "-", tmp_path=tmp_path)
+    result = bench_cli(
+        "--target",
+        tiny_target,
+        "--draft",
+        tiny_draft,
+        "--prompts",
+        small_prompts,
+        "--runs",
+        "1",
+        "-n",
+        "120",
+        "--draft-max",
+        "4",
+        "--ignore-eos",
+        "--warmup",
+        "0",
+        "--synthetic-acceptance",
+        "0.3,0.9",
+        "--json",
+        "-",
+        tmp_path=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
     rows = {r["config"]: r for r in doc["categories"] if r["category"] == "all"}
@@ -98,12 +122,15 @@ def test_auto_keeps_nothing_it_learned_under_a_synthetic_rate(tiny_target, tiny_
         pair.close()
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["--synthetic-acceptance", "1.5"], "--synthetic-acceptance values must lie between 0 and 1"),
-    (["--synthetic-acceptance", "high"], "--synthetic-acceptance: 'high' is not a number"),
-    (["--synthetic-acceptance", "0.8", "--spec", "off"], "--synthetic-acceptance needs a speculative mode"),
-    (["--synthetic-acceptance", "0.8", "--serve"], "--synthetic-acceptance measures single requests only"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--synthetic-acceptance", "1.5"], "--synthetic-acceptance values must lie between 0 and 1"),
+        (["--synthetic-acceptance", "high"], "--synthetic-acceptance: 'high' is not a number"),
+        (["--synthetic-acceptance", "0.8", "--spec", "off"], "--synthetic-acceptance needs a speculative mode"),
+        (["--synthetic-acceptance", "0.8", "--serve"], "--synthetic-acceptance measures single requests only"),
+    ],
+)
 def test_bad_values_are_one_line_before_loading_models(args, expected, tmp_path):
     result = bench_cli("--target", tmp_path / "absent.gguf", *args, tmp_path=tmp_path)
     assert result.returncode == EXIT_USAGE

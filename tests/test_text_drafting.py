@@ -31,7 +31,10 @@ def text_pair(tiny_dir):
 @pytest.fixture(scope="module")
 def drafter(text_pair):
     target_path, draft_path = text_pair
-    target, draft = Model(target_path, LoadOptions(use_extra_bufts=False)), Model(draft_path, LoadOptions(use_extra_bufts=False))
+    target, draft = (
+        Model(target_path, LoadOptions(use_extra_bufts=False)),
+        Model(draft_path, LoadOptions(use_extra_bufts=False)),
+    )
     ctx = Context(draft, n_ctx=256, n_threads=1)
     yield TextDrafter(ctx, target)
     ctx.close()
@@ -60,8 +63,9 @@ def test_a_draft_becomes_the_targets_tokens_for_exactly_its_text(drafter):
     for text in (" fox jumps", "ox", "s over the lazy dog.", "\n\n  indented"):
         draft_tokens = draft.tokenize(text, add_special=False, parse_special=False)
         proposal = drafter.to_target(draft_tokens, history)
-        assert text_of(target, proposal) == text_of(draft, draft_tokens).lstrip(b" ") or \
-            text_of(target, proposal) == text_of(draft, draft_tokens), text
+        assert text_of(target, proposal) == text_of(draft, draft_tokens).lstrip(b" ") or text_of(
+            target, proposal
+        ) == text_of(draft, draft_tokens), text
 
 
 def test_a_draft_that_merges_with_the_committed_text_is_still_its_text(drafter):
@@ -92,8 +96,13 @@ def test_the_history_is_read_incrementally_as_the_same_text(drafter):
     drafter.forget(0)
     for end in range(1, len(history) + 1):
         grown = drafter.draft_ids(0, history[:end])
-    assert grown == whole == draft.tokenize(text_of(target, history[1:] if history[0] == target.bos else history),
-                                            add_special=True, parse_special=True)
+    assert (
+        grown
+        == whole
+        == draft.tokenize(
+            text_of(target, history[1:] if history[0] == target.bos else history), add_special=True, parse_special=True
+        )
+    )
     drafter.forget(0)
 
 
@@ -144,12 +153,24 @@ def test_the_draft_reads_the_targets_chat_text_after_its_own_bos(text_loaded, dr
 
 # -- a target whose vocabulary merges further: words are single tokens the draft spells out ---------
 
-EXTRA_MERGES = ["he l", "l o", "hel lo", "Ġ hello", "o r", "Ġ w", "Ġw or", "l d", "Ġwor ld"]  # in BPE rank order after "h e"
+EXTRA_MERGES = [
+    "he l",
+    "l o",
+    "hel lo",
+    "Ġ hello",
+    "o r",
+    "Ġ w",
+    "Ġw or",
+    "l d",
+    "Ġwor ld",
+]  # in BPE rank order after "h e"
 
 
 @pytest.fixture(scope="module")
 def merged_pair(tiny_dir):
-    target = write_tiny_gguf(tiny_dir / "merged-target.gguf", vocab="gpt2", seed=5, name="tiny-merged", extra_merges=EXTRA_MERGES)
+    target = write_tiny_gguf(
+        tiny_dir / "merged-target.gguf", vocab="gpt2", seed=5, name="tiny-merged", extra_merges=EXTRA_MERGES
+    )
     draft = write_tiny_gguf(tiny_dir / "merged-draft.gguf", vocab="spm", seed=3, name="tiny-spm")
     return target, draft
 
@@ -242,8 +263,12 @@ def test_greedy_text_drafting_on_the_merged_target_is_plain_decoding(merged_load
 
 
 def test_sampled_text_drafting_at_0_8_follows_the_target_distribution(merged_loaded):
-    chi2, drafted, detail = sampled_fit(merged_loaded, merged_loaded.prompt_tokens("one two", chat=False), "text",
-                                        sampling=SamplingParams(temperature=0.8, top_k=3, top_p=1.0, min_p=0.0))
+    chi2, drafted, detail = sampled_fit(
+        merged_loaded,
+        merged_loaded.prompt_tokens("one two", chat=False),
+        "text",
+        sampling=SamplingParams(temperature=0.8, top_k=3, top_p=1.0, min_p=0.0),
+    )
     assert drafted > 0
     assert chi2 < CHI2_999, detail
 

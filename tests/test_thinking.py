@@ -58,7 +58,10 @@ def test_think_and_no_think_reach_the_template(thinker):
     """Qwen3's template closes an empty reasoning in the prompt when enable_thinking is false."""
     from specrun.engine.llama import Model
 
-    default, on, off = (run_json("hi", "--target", thinker, *PLAIN, *flag)["stats"]["prompt_tokens"] for flag in ([], ["--think"], ["--no-think"]))
+    default, on, off = (
+        run_json("hi", "--target", thinker, *PLAIN, *flag)["stats"]["prompt_tokens"]
+        for flag in ([], ["--think"], ["--no-think"])
+    )
     model = Model(thinker)
     try:
         closed = len(model.tokenize("<think>\n\n</think>\n\n", add_special=False, parse_special=True))
@@ -69,8 +72,13 @@ def test_think_and_no_think_reach_the_template(thinker):
 
 def test_a_terminal_shows_the_reasoning_dimmed(thinker):
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "specrun", "run", "hi", "--target", str(thinker), *PLAIN],
-                            stdout=subprocess.PIPE, stderr=follower, stdin=subprocess.DEVNULL, env=cli_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specrun", "run", "hi", "--target", str(thinker), *PLAIN],
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+        env=cli_env(),
+    )
     os.close(follower)
     out, _ = proc.communicate(timeout=120)
     chunks = []
@@ -85,25 +93,43 @@ def test_a_terminal_shows_the_reasoning_dimmed(thinker):
     os.close(leader)
     screen = b"".join(chunks).decode("utf-8", "replace")
     assert proc.returncode == 0 and out.decode() == THINKER_CONTENT
-    assert "".join(re.findall(r"\x1b\[2m(.*?)\x1b\[22m", screen)) == THINKER_REASONING  # each piece dimmed as it streams
+    assert (
+        "".join(re.findall(r"\x1b\[2m(.*?)\x1b\[22m", screen)) == THINKER_REASONING
+    )  # each piece dimmed as it streams
     # meanwhile the status line is drawn (and cleared) on the line below, never over the reasoning
-    during = screen[screen.index(DIM): screen.rindex("\x1b[22m")]
+    during = screen[screen.index(DIM) : screen.rindex("\x1b[22m")]
     assert during.count("\x1b[K") == during.count("\x1b7\x1bD\r\x1b[K") > 0
 
 
 def test_piped_chat_splits_every_turn(thinker):
-    result = subprocess.run([sys.executable, "-m", "specrun", "chat", "--target", str(thinker), *PLAIN], input="hi\nagain\n",
-                            capture_output=True, text=True, env=cli_env(), timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "specrun", "chat", "--target", str(thinker), *PLAIN],
+        input="hi\nagain\n",
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{THINKER_CONTENT}\n{THINKER_CONTENT}\n"
     assert result.stderr.count(f"{THINKER_REASONING}\n") == 2
 
 
 def test_jsonl_chat_gives_the_reasoning_as_a_field(thinker):
-    result = subprocess.run([sys.executable, "-m", "specrun", "chat", "--target", str(thinker), *PLAIN, "--jsonl", "--hide-thinking"],
-                            input='{"role": "user", "content": "hi"}\n', capture_output=True, text=True, env=cli_env(), timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "specrun", "chat", "--target", str(thinker), *PLAIN, "--jsonl", "--hide-thinking"],
+        input='{"role": "user", "content": "hi"}\n',
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {"role": "assistant", "content": THINKER_CONTENT, "reasoning_content": THINKER_REASONING}
+    assert json.loads(result.stdout) == {
+        "role": "assistant",
+        "content": THINKER_CONTENT,
+        "reasoning_content": THINKER_REASONING,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -117,16 +143,26 @@ def thinker_pair(thinker):
 
 def test_a_session_keeps_the_reasoning_with_the_answer_and_the_template_drops_it_later(thinker_pair):
     from specrun.chat.session import ChatSession
-    from specrun.engine.sequence import GenerationSettings
     from specrun.engine.sampling import SamplingParams
+    from specrun.engine.sequence import GenerationSettings
 
-    session = ChatSession(thinker_pair, GenerationSettings(max_tokens=20, sampling=SamplingParams(temperature=0)), seed=1, mode="off")
+    session = ChatSession(
+        thinker_pair, GenerationSettings(max_tokens=20, sampling=SamplingParams(temperature=0)), seed=1, mode="off"
+    )
     for content in ("hi", "again"):
         turn = session.prepare(content)
         list(turn.steps())
         answer = turn.finish()
-        assert (answer.text, answer.reasoning, answer.raw) == (THINKER_CONTENT, THINKER_REASONING, "<think>\tHm!</think> Yes")
-    assert session.messages[1] == {"role": "assistant", "content": THINKER_CONTENT, "reasoning_content": THINKER_REASONING}
+        assert (answer.text, answer.reasoning, answer.raw) == (
+            THINKER_CONTENT,
+            THINKER_REASONING,
+            "<think>\tHm!</think> Yes",
+        )
+    assert session.messages[1] == {
+        "role": "assistant",
+        "content": THINKER_CONTENT,
+        "reasoning_content": THINKER_REASONING,
+    }
     rendered = thinker_pair.chat_format.render(session.messages + [{"role": "user", "content": "x"}])
     assert THINKER_REASONING not in rendered  # Qwen3's template keeps only the latest turn's reasoning
 
@@ -138,16 +174,20 @@ def test_the_terminal_display_routes_reasoning_and_colours_content_from_drafts(t
     from specrun.chat.display import TerminalDisplay
     from specrun.chat.repl import run_session
     from specrun.chat.session import ChatSession
-    from specrun.engine.sequence import GenerationSettings
     from specrun.engine.sampling import SamplingParams
+    from specrun.engine.sequence import GenerationSettings
 
     out, err = io.StringIO(), io.StringIO()
     display = TerminalDisplay(thinker_pair.target_model, show_drafts=True, quiet=True, stdout=out, stderr=err)
     shown: list[tuple[str, bool]] = []
     original = display._content
     display._content = lambda pieces: (shown.extend(pieces), original(pieces))
-    session = ChatSession(thinker_pair, GenerationSettings(max_tokens=20, sampling=SamplingParams(temperature=0), draft_max=4),
-                          seed=1, mode="draft")
+    session = ChatSession(
+        thinker_pair,
+        GenerationSettings(max_tokens=20, sampling=SamplingParams(temperature=0), draft_max=4),
+        seed=1,
+        mode="draft",
+    )
     inputs = iter(["hi", None])
     run_session(session, lambda: next(inputs), display, None)
     assert out.getvalue() == f"{THINKER_CONTENT}\n"
@@ -178,8 +218,30 @@ def test_bench_think_flags_reach_the_prompts(thinker, tmp_path):
 
     def tokens(*flags) -> int:
         out = tmp_path / "b.json"
-        result = specrun("bench", "--target", thinker, "--draft", "none", "--spec", "off", "--prompts", prompts, "--runs", "1",
-                         "--warmup", "0", "--max-tokens", "4", "-t", "1", "--json", out, "--quiet", *flags, timeout=300)
+        result = specrun(
+            "bench",
+            "--target",
+            thinker,
+            "--draft",
+            "none",
+            "--spec",
+            "off",
+            "--prompts",
+            prompts,
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--max-tokens",
+            "4",
+            "-t",
+            "1",
+            "--json",
+            out,
+            "--quiet",
+            *flags,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr
         doc = json.loads(out.read_text())
         return doc["prompt_set"][0]["prompt_tokens"]

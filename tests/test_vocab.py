@@ -49,7 +49,9 @@ def test_vocab_size_beyond_128_fails(vocab_dir, tiny_target):
 
 
 def test_vocab_size_within_128_passes(vocab_dir):
-    padded = write_tiny_gguf(vocab_dir / "padded.gguf", extra_tokens=100, bos_id=264, eos_id=264, token_overrides=PADDED)
+    padded = write_tiny_gguf(
+        vocab_dir / "padded.gguf", extra_tokens=100, bos_id=264, eos_id=264, token_overrides=PADDED
+    )
     small = write_tiny_gguf(vocab_dir / "small2.gguf", bos_id=264, eos_id=264)
     report = check_pair(padded, small)
     assert report.compatible, report.first_failure
@@ -60,7 +62,12 @@ def test_one_token_text_differs(vocab_dir, tiny_target):
     other = write_tiny_gguf(vocab_dir / "tok.gguf", token_overrides={100: "zebra"})
     report = check_pair(tiny_target, other)
     assert not report.compatible
-    assert (report.first_diff.id, report.first_diff.target, report.first_diff.draft, report.first_diff.count) == (100, "'d'", "'zebra'", 1)
+    assert (report.first_diff.id, report.first_diff.target, report.first_diff.draft, report.first_diff.count) == (
+        100,
+        "'d'",
+        "'zebra'",
+        1,
+    )
     assert report.first_failure == "token text: token 100 differs: target 'd', draft 'zebra' (1 of 262 tokens differ)"
     assert all(r.ok for r in report.rules if r.name != "token text")
 
@@ -84,7 +91,11 @@ def test_a_draft_that_cannot_share_tokens_or_text_is_refused(tiny_target, tiny_l
     with pytest.raises(IncompatibleModelsError) as err:
         require_draftable(tiny_target, tiny_lossy)
     assert err.value.exit_code == 3
-    assert report.first_failure in err.value.message and "through text" in err.value.message and "\n" not in err.value.one_line()
+    assert (
+        report.first_failure in err.value.message
+        and "through text" in err.value.message
+        and "\n" not in err.value.one_line()
+    )
 
 
 def test_add_bos_flag_differs_before_ids(vocab_dir, tiny_target):
@@ -115,7 +126,9 @@ def test_llama_logs_are_silent(tiny_target, tiny_other):
         from specrun.models.compat import check_pair
         assert check_pair({str(tiny_target)!r}, {str(tiny_other)!r}).compatible
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"}
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
 

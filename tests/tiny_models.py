@@ -23,9 +23,9 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence, Union
 
 import numpy as np
 
@@ -76,7 +76,9 @@ DEFAULT_TEMPLATE = "default"  # `chat_template` value: the vocabulary family's o
 
 def byte_tokens() -> list[str]:
     """GPT-2's printable stand-ins for the 256 byte values, in byte order."""
-    visible = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    visible = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     codes = visible[:]
     extra = 0
     for b in range(256):
@@ -133,7 +135,9 @@ def family_vocabulary(kind: str = "gpt2", extra_tokens: int = 0) -> Vocab:
     if kind == "gpt2":
         tokens, types = vocabulary(extra_tokens)
         endoftext = tokens.index("<|endoftext|>")
-        return Vocab("gpt2", "default", tokens, types, endoftext, endoftext, False, CHATML_TEMPLATE, merges=list(MERGES))
+        return Vocab(
+            "gpt2", "default", tokens, types, endoftext, endoftext, False, CHATML_TEMPLATE, merges=list(MERGES)
+        )
     if kind == "llama3":
         tokens = byte_tokens() + [m.replace(" ", "") for m in MERGES] + [f"<extra_{i}>" for i in range(extra_tokens)]
         types = [NORMAL] * len(tokens) + [CONTROL] * len(LLAMA3_SPECIALS)
@@ -240,7 +244,9 @@ def write_tiny_gguf(
     rng = np.random.default_rng(seed)
     noise_rng = np.random.default_rng(noise_seed)
 
-    def tensor(*shape: int, scale: float = 0.2, gen: np.random.Generator = rng, noise_gen: np.random.Generator = noise_rng) -> np.ndarray:
+    def tensor(
+        *shape: int, scale: float = 0.2, gen: np.random.Generator = rng, noise_gen: np.random.Generator = noise_rng
+    ) -> np.ndarray:
         data = gen.standard_normal(shape).astype(np.float32) * scale
         if noise:
             data += noise_gen.standard_normal(shape).astype(np.float32) * scale * noise
@@ -252,7 +258,9 @@ def write_tiny_gguf(
     if pad_tokens:
         pad_rng, pad_noise_rng = np.random.default_rng([seed, 0x9AD]), np.random.default_rng([noise_seed, 0x9AD])
         embd = np.concatenate([embd, tensor(pad_tokens, n_embd, scale=1.0, gen=pad_rng, noise_gen=pad_noise_rng)])
-        output = np.concatenate([output, tensor(pad_tokens, n_embd, scale=out_scale, gen=pad_rng, noise_gen=pad_noise_rng)])
+        output = np.concatenate(
+            [output, tensor(pad_tokens, n_embd, scale=out_scale, gen=pad_rng, noise_gen=pad_noise_rng)]
+        )
     if successors:
         for source, target in successors.items():
             for text in (source, target):
@@ -291,8 +299,12 @@ def write_tiny_gguf(
         writer.add_token_merges(spec.merges)
     # BOS/EOS follow their text if an override moved it (the family's ids otherwise).
     bos_text, eos_text = spec.tokens[spec.bos], spec.tokens[spec.eos]
-    writer.add_bos_token_id(bos_id if bos_id is not None else tokens.index(bos_text) if bos_text in tokens else spec.bos)
-    writer.add_eos_token_id(eos_id if eos_id is not None else tokens.index(eos_text) if eos_text in tokens else spec.eos)
+    writer.add_bos_token_id(
+        bos_id if bos_id is not None else tokens.index(bos_text) if bos_text in tokens else spec.bos
+    )
+    writer.add_eos_token_id(
+        eos_id if eos_id is not None else tokens.index(eos_text) if eos_text in tokens else spec.eos
+    )
     if spec.unk is not None:
         writer.add_unk_token_id(spec.unk)
     writer.add_add_bos_token(spec.add_bos if add_bos is None else add_bos)
@@ -324,7 +336,7 @@ def write_tiny_gguf(
 
 # -- greedy decoding straight through llama.cpp, to choose where `eog_like` tokens should go --------
 
-Prompt = Union[str, Sequence[int]]
+Prompt = str | Sequence[int]
 _LOG_CALLBACK = None  # llama.cpp keeps the pointer
 
 
@@ -349,7 +361,7 @@ def _llama_cpp():
 def _token_text(lib, vocab, token: int) -> str:
     buf = ctypes.create_string_buffer(256)
     n = lib.llama_token_to_piece(vocab, token, buf, 256, 0, True)
-    return buf.raw[:max(n, 0)].decode("utf-8", "replace") if token >= 0 else ""
+    return buf.raw[: max(n, 0)].decode("utf-8", "replace") if token >= 0 else ""
 
 
 def _chat_tokens(lib, model, vocab, message: str) -> list[int]:
@@ -364,7 +376,7 @@ def _chat_tokens(lib, model, vocab, message: str) -> list[int]:
     eos = _token_text(lib, vocab, lib.llama_vocab_eos(vocab))
     text = ChatTemplate(template.decode(), bos_token=bos, eos_token=eos).render([{"role": "user", "content": message}])
     if lib.llama_vocab_get_add_bos(vocab) and bos and text.startswith(bos):
-        text = text[len(bos):]
+        text = text[len(bos) :]
     return _tokenize(lib, vocab, text)
 
 
@@ -379,7 +391,9 @@ def _tokenize(lib, vocab, text: str) -> list[int]:
     return list(buf[:n])
 
 
-def greedy_tokens(path: Path | str, prompts: Sequence[Prompt] = (), n: int = 32, *, chat_prompts: Sequence[str] = ()) -> list[list[int]]:
+def greedy_tokens(
+    path: Path | str, prompts: Sequence[Prompt] = (), n: int = 32, *, chat_prompts: Sequence[str] = ()
+) -> list[list[int]]:
     """Greedy plain decoding of up to `n` tokens after each prompt, stopping after an
     end-of-generation token (which is included). A prompt is text (tokenized with BOS and special
     tokens, as specrun's `--raw` does) or token ids; a chat prompt is one user message, formatted
@@ -428,7 +442,9 @@ def greedy_tokens(path: Path | str, prompts: Sequence[Prompt] = (), n: int = 32,
         lib.llama_model_free(model)
 
 
-def frequent_token(path: Path | str, prompts: Sequence[Prompt] = (), n: int = 32, *, chat_prompts: Sequence[str] = ()) -> int:
+def frequent_token(
+    path: Path | str, prompts: Sequence[Prompt] = (), n: int = 32, *, chat_prompts: Sequence[str] = ()
+) -> int:
     """The ordinary token that greedy decoding (see greedy_tokens) generates after the most of the
     prompts, and among those the one that comes soonest in its latest run, then the most often;
     control, unused and end-of-generation tokens are not counted. A model of the same seed with
@@ -441,7 +457,11 @@ def frequent_token(path: Path | str, prompts: Sequence[Prompt] = (), n: int = 32
         vocab = lib.llama_model_get_vocab(model)
         skip = lib.LLAMA_TOKEN_ATTR_CONTROL | lib.LLAMA_TOKEN_ATTR_UNUSED
         generated = {t for run in runs for t in run}
-        ordinary = {t for t in generated if not lib.llama_vocab_get_attr(vocab, t) & skip and not lib.llama_vocab_is_eog(vocab, t)}
+        ordinary = {
+            t
+            for t in generated
+            if not lib.llama_vocab_get_attr(vocab, t) & skip and not lib.llama_vocab_is_eog(vocab, t)
+        }
     finally:
         lib.llama_model_free(model)
     if not ordinary:

@@ -10,8 +10,8 @@ drafts for free, so for it t_draft = 0.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .costmodel import Costs, expected_tokens_per_step
 
@@ -96,8 +96,10 @@ class Verdict:
             "lookup": alphas(self.lookup),
             "lookup_pays_from_k": self.lookup_from,
             "copy_alpha": COPY_ALPHA,
-            "expected_speedup": {kind: {"alpha": TYPICAL_ALPHA[kind], **{name: b.to_dict() for name, b in rows.items()}}
-                                 for kind, rows in self.expected.items()},
+            "expected_speedup": {
+                kind: {"alpha": TYPICAL_ALPHA[kind], **{name: b.to_dict() for name, b in rows.items()}}
+                for kind, rows in self.expected.items()
+            },
         }
 
 
@@ -107,8 +109,10 @@ def verdict(costs: Costs) -> Verdict:
     draft = {k: break_even_alpha(costs, k, costs.draft_token_s) for k in DRAFT_KS} if has_draft else None
     lookup = {k: break_even_alpha(costs, k, 0.0) for k in DRAFT_KS}
     expected = {
-        kind: {**({"draft": best(costs, alpha, costs.draft_token_s, DRAFT_KS)} if has_draft else {}),
-               "lookup": best(costs, alpha, 0.0, LOOKUP_KS)}
+        kind: {
+            **({"draft": best(costs, alpha, costs.draft_token_s, DRAFT_KS)} if has_draft else {}),
+            "lookup": best(costs, alpha, 0.0, LOOKUP_KS),
+        }
         for kind, alpha in TYPICAL_ALPHA.items()
     }
     step4 = step_cost(costs, 4, costs.draft_token_s) / costs.plain_s if has_draft else None
@@ -121,19 +125,25 @@ def sentence(result: Verdict, *, gpu: bool) -> str:
     if result.draft is not None:
         paying = {k: a for k, a in result.draft.items() if a is not None}
         if not paying:
-            parts.append(f"the draft model cannot pay here: even if every drafted token were accepted, a K=4 step costs "
-                         f"{result.draft_step_at_4:.1f} plain tokens' time and yields at most 5")
+            parts.append(
+                f"the draft model cannot pay here: even if every drafted token were accepted, a K=4 step costs "
+                f"{result.draft_step_at_4:.1f} plain tokens' time and yields at most 5"
+            )
         else:
             k, alpha = min(paying.items(), key=lambda item: item[1])
             code = result.expected["code"]["draft"]
             when = f"once {alpha:.0%} of its tokens are accepted" if alpha > 0 else "at any acceptance"
-            parts.append(f"the draft model pays {when} (K={k}); at 90% (code) expect "
-                         f"{code.speedup:.2f}× with K={code.k}, at 60% (prose) {result.expected['prose']['draft'].speedup:.2f}×")
+            parts.append(
+                f"the draft model pays {when} (K={k}); at 90% (code) expect "
+                f"{code.speedup:.2f}× with K={code.k}, at 60% (prose) {result.expected['prose']['draft'].speedup:.2f}×"
+            )
     if result.lookup_from is None:
         parts.append("prompt lookup cannot pay either, even on text that copies its prompt")
     else:
-        parts.append(f"prompt lookup pays on text that copies its prompt from {result.lookup_from} drafted "
-                     f"token{'s' if result.lookup_from > 1 else ''} on")
+        parts.append(
+            f"prompt lookup pays on text that copies its prompt from {result.lookup_from} drafted "
+            f"token{'s' if result.lookup_from > 1 else ''} on"
+        )
     text = "On this machine " + "; ".join(parts) + "."
     if not gpu:
         text += " On a GPU a pass over K+1 tokens costs about what one does, and that is where a draft model pays."

@@ -8,9 +8,9 @@ catch-up decodes, the draft's prompt prefill — show up as a number instead of 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterable, Mapping
 
 from ..engine.auto.estimates import CostCurve
 

@@ -13,9 +13,9 @@ import hashlib
 import os
 import platform
 import sys
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
 
 from ..atomic import read_json_object, update_json
 from ..models.bundle import recorded_sha256
@@ -100,7 +100,13 @@ def model_file(path: Path | None, cache: Path | None = None) -> dict | None:
         return None
     path = Path(path)
     sha, source = file_hash(path, cache)
-    return {"path": str(path.resolve()), "name": path.name, "size": path.stat().st_size, "sha256": sha, "sha256_from": source}
+    return {
+        "path": str(path.resolve()),
+        "name": path.name,
+        "size": path.stat().st_size,
+        "sha256": sha,
+        "sha256_from": source,
+    }
 
 
 def load_average() -> float | None:

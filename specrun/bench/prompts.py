@@ -8,10 +8,10 @@ in one go rather than line by line.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from ..errors import InputError
 
@@ -61,10 +61,16 @@ def parse_lines(lines: Iterable[str], origin: str) -> list[BenchPrompt]:
         if why is not None:
             errors.append(f"line {number}: {why}")
     if errors:
-        shown = "; ".join(errors[:SHOWN_ERRORS]) + (f"; and {len(errors) - SHOWN_ERRORS} more" if len(errors) > SHOWN_ERRORS else "")
-        raise InputError(f"{origin}: {len(errors)} bad line(s): {shown}", 'each line must be a JSON object with a "prompt" string')
+        shown = "; ".join(errors[:SHOWN_ERRORS]) + (
+            f"; and {len(errors) - SHOWN_ERRORS} more" if len(errors) > SHOWN_ERRORS else ""
+        )
+        raise InputError(
+            f"{origin}: {len(errors)} bad line(s): {shown}", 'each line must be a JSON object with a "prompt" string'
+        )
     if not prompts:
-        raise InputError(f"{origin} holds no prompts", 'write one JSON object per line, e.g. {"prompt": "...", "category": "qa"}')
+        raise InputError(
+            f"{origin} holds no prompts", 'write one JSON object per line, e.g. {"prompt": "...", "category": "qa"}'
+        )
     return prompts
 
 
@@ -110,8 +116,12 @@ def builtin() -> list[BenchPrompt]:
     return prompts
 
 
-def select(prompts: Sequence[BenchPrompt], categories: Sequence[str] | None, per_category: int | None = None,
-           shortest: bool = False) -> list[BenchPrompt]:
+def select(
+    prompts: Sequence[BenchPrompt],
+    categories: Sequence[str] | None,
+    per_category: int | None = None,
+    shortest: bool = False,
+) -> list[BenchPrompt]:
     """Keep the chosen categories (unknown names are an error), then at most `per_category` of each:
     the first ones, or the shortest when `shortest` (quick runs spend their time on decoding)."""
     available = list(dict.fromkeys(p.category for p in prompts))
@@ -120,7 +130,9 @@ def select(prompts: Sequence[BenchPrompt], categories: Sequence[str] | None, per
         wanted = [normalise_category(c) for item in categories for c in item.split(",") if c.strip()]
         unknown = [c for c in wanted if c not in available]
         if unknown:
-            raise InputError(f"unknown category {', '.join(map(repr, unknown))}", f"choose from: {', '.join(available)}")
+            raise InputError(
+                f"unknown category {', '.join(map(repr, unknown))}", f"choose from: {', '.join(available)}"
+            )
         chosen = [c for c in available if c in wanted]
     out: list[BenchPrompt] = []
     for category in chosen:

@@ -51,33 +51,55 @@ def _identical(row: dict, compact: bool = False) -> str:
 def table_rows(doc: dict, level: str = "category", compact: bool = False) -> tuple[list[str], list[list[str]]]:
     """Headers and cells of the summary table: one line per (category or prompt, configuration).
     `compact` (the terminal) drops α and the speedup range, which the files keep."""
-    headers = ["category" if level == "category" else "prompt", "config", "TTFT s", "decode tok/s", "total s", "speedup",
-               "end to end", "accept", "α", "tok/step", "host ms/step", "predicted", "efficiency", "GPU pred.", "identical"]
+    headers = [
+        "category" if level == "category" else "prompt",
+        "config",
+        "TTFT s",
+        "decode tok/s",
+        "total s",
+        "speedup",
+        "end to end",
+        "accept",
+        "α",
+        "tok/step",
+        "host ms/step",
+        "predicted",
+        "efficiency",
+        "GPU pred.",
+        "identical",
+    ]
     rows = []
     for row in doc["categories" if level == "category" else "prompts"]:
         name = row["category"] if level == "category" else row["prompt_id"]
         speedup = _num(row["speedup"], 2, "×")
-        rows.append([
-            name, row["label"],
-            _num(row["ttft_s"], 3),
-            _rate(row["decode_tokens_per_s"]) + _range(row["decode_tokens_per_s_min"], row["decode_tokens_per_s_max"],
-                                                       _rate_digits(row["decode_tokens_per_s_max"])),
-            _num(row["total_time_s"], 2),
-            speedup if compact else speedup + _range(row["speedup_min"], row["speedup_max"]),
-            _num(row["speedup_end_to_end"], 2, "×"),
-            _pct(row["acceptance_rate"]),
-            _num(row["alpha"], 2),
-            _num(row["mean_tokens_per_step"], 2),
-            _num(row["host_ms_per_step"], 2),
-            _num(row["predicted_speedup"], 2, "×"),
-            _pct(row["efficiency"]),
-            _num(row.get("predicted_gpu_speedup"), 2, "×"),
-            _identical(row, compact),
-        ])
+        rows.append(
+            [
+                name,
+                row["label"],
+                _num(row["ttft_s"], 3),
+                _rate(row["decode_tokens_per_s"])
+                + _range(
+                    row["decode_tokens_per_s_min"],
+                    row["decode_tokens_per_s_max"],
+                    _rate_digits(row["decode_tokens_per_s_max"]),
+                ),
+                _num(row["total_time_s"], 2),
+                speedup if compact else speedup + _range(row["speedup_min"], row["speedup_max"]),
+                _num(row["speedup_end_to_end"], 2, "×"),
+                _pct(row["acceptance_rate"]),
+                _num(row["alpha"], 2),
+                _num(row["mean_tokens_per_step"], 2),
+                _num(row["host_ms_per_step"], 2),
+                _num(row["predicted_speedup"], 2, "×"),
+                _pct(row["efficiency"]),
+                _num(row.get("predicted_gpu_speedup"), 2, "×"),
+                _identical(row, compact),
+            ]
+        )
     if compact:
         drop = headers.index("α")
-        headers = headers[:drop] + headers[drop + 1:]
-        rows = [r[:drop] + r[drop + 1:] for r in rows]
+        headers = headers[:drop] + headers[drop + 1 :]
+        rows = [r[:drop] + r[drop + 1 :] for r in rows]
     return headers, rows
 
 
@@ -88,7 +110,9 @@ def summary_lines(doc: dict) -> list[str]:
     if cal:
         verify = ", ".join(f"{k}: {1000 * v:.1f}" for k, v in cal["verify_s"].items())
         draft = f" · draft {1000 * cal['draft_token_s']:.1f} ms/token" if cal.get("draft_token_s") is not None else ""
-        lines.append(f"costs at {cal['context_tokens']} tokens of context: target pass by batch size (ms) {verify}{draft}")
+        lines.append(
+            f"costs at {cal['context_tokens']} tokens of context: target pass by batch size (ms) {verify}{draft}"
+        )
     check = doc["correctness"]
     if check.get("runs_judged"):
         lines.append(
@@ -100,15 +124,21 @@ def summary_lines(doc: dict) -> list[str]:
         if check["diverged"]:
             verdict += f"; {check['diverged']} diverged, {check['near_ties']} of them at near-ties"
         lines.append(verdict)
-    synthetic = sorted({r["synthetic_acceptance"] for r in doc["categories"] if r.get("synthetic_acceptance") is not None})
+    synthetic = sorted(
+        {r["synthetic_acceptance"] for r in doc["categories"] if r.get("synthetic_acceptance") is not None}
+    )
     if synthetic:
-        lines.append(f"synthetic acceptance {', '.join(f'{p:g}' for p in synthetic)}: those rows accepted drafts at that rate, "
-                     "not by the target; their speed is the pipeline's, their output not the model's (never checked or learned from)")
+        lines.append(
+            f"synthetic acceptance {', '.join(f'{p:g}' for p in synthetic)}: those rows accepted drafts at that rate, "
+            "not by the target; their speed is the pipeline's, their output not the model's (never checked or learned from)"
+        )
     lines += [f"warning: {w}" for w in doc.get("warnings", [])]
     env = doc["environment"]
     models = env["models"]
     names = models["target"]["name"] + (f" + {models['draft']['name']}" if models.get("draft") else "")
-    lines.append(f"{names} · {env['threads']} threads · {env['gpu_layers']} GPU layers · wall {doc['wall_time_s']:.1f} s")
+    lines.append(
+        f"{names} · {env['threads']} threads · {env['gpu_layers']} GPU layers · wall {doc['wall_time_s']:.1f} s"
+    )
     return lines
 
 
@@ -213,6 +243,7 @@ def plot_png(doc: dict) -> bytes:
     rows = [r for r in doc["categories"] if r["mode"] != "off"]
     categories = list(dict.fromkeys(r["category"] for r in rows)) or ["all"]
     temperatures = sorted({r["temperature"] for r in rows})
+
     def series(r) -> tuple:
         return r["mode"], r["temperature"], r.get("synthetic_acceptance")
 
@@ -223,8 +254,11 @@ def plot_png(doc: dict) -> bytes:
     slot = {k: i for i, k in enumerate(ks)}  # K as a category: its place among the values swept
 
     def name(key) -> str:
-        return (key[0] + (f" T={key[1]:g}" if len(temperatures) > 1 else "")
-                + (f" synthetic {key[2]:g}" if key[2] is not None else ""))
+        return (
+            key[0]
+            + (f" T={key[1]:g}" if len(temperatures) > 1 else "")
+            + (f" synthetic {key[2]:g}" if key[2] is not None else "")
+        )
 
     fig = Figure(figsize=(max(8, 2.6 * len(categories)), 6.5), dpi=100)
     axes = fig.subplots(2, len(categories), squeeze=False, sharey="row")
@@ -233,10 +267,17 @@ def plot_png(doc: dict) -> bytes:
         top, bottom = axes[0][column], axes[1][column]
         mine = [r for r in rows if r["category"] == category]
         for key in series_keys:
-            group = sorted((r for r in mine if series(r) == key and r["speedup"] is not None), key=lambda r: r["draft_max"])
+            group = sorted(
+                (r for r in mine if series(r) == key and r["speedup"] is not None), key=lambda r: r["draft_max"]
+            )
             if group:
-                (line,) = top.plot([slot[r["draft_max"]] for r in group], [r["speedup"] for r in group], marker="o",
-                                   color=colour[key], linewidth=2.0 if category == "all" else 1.3)
+                (line,) = top.plot(
+                    [slot[r["draft_max"]] for r in group],
+                    [r["speedup"] for r in group],
+                    marker="o",
+                    color=colour[key],
+                    linewidth=2.0 if category == "all" else 1.3,
+                )
                 handles.setdefault(name(key), line)
             widest = max((r for r in mine if series(r) == key), key=lambda r: r["draft_max"], default=None)
             if widest is not None and widest["acceptance_by_position"]:
@@ -257,7 +298,14 @@ def plot_png(doc: dict) -> bytes:
             top.set_ylabel("speedup vs plain (decode tok/s)", fontsize=8)
             bottom.set_ylabel("acceptance", fontsize=8)
     if handles:
-        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(len(handles), 6), fontsize=8, frameon=False)
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="lower center",
+            ncol=min(len(handles), 6),
+            fontsize=8,
+            frameon=False,
+        )
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

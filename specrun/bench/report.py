@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Iterable, Sequence
 
 from . import costmodel
 from .prompts import ALL
@@ -34,16 +34,51 @@ CPU_SHARE_WARN = 0.8
 SPREAD_WARN = 1.3
 
 ROW_FIELDS = (
-    "level", "category", "prompt_id", "prompts", "config", "label", "mode", "draft_max", "temperature", "synthetic_acceptance", "runs",
-    "prompt_tokens", "generated_tokens",
-    "ttft_s", "ttft_s_min", "ttft_s_max",
-    "decode_tokens_per_s", "decode_tokens_per_s_min", "decode_tokens_per_s_max",
-    "total_time_s", "total_time_s_min", "total_time_s_max",
-    "speedup", "speedup_min", "speedup_max", "speedup_end_to_end",
-    "acceptance_rate", "alpha", "mean_tokens_per_step", "expected_tokens_per_step",
-    "acceptance_by_position", "drafted", "accepted", "steps", "draft_time_s", "verify_time_s", "host_ms_per_step",
-    "predicted_speedup", "efficiency", "predicted_gpu_speedup",
-    "identical", "diverged_prompts", "divergence_position", "violations", "flagged_runs",
+    "level",
+    "category",
+    "prompt_id",
+    "prompts",
+    "config",
+    "label",
+    "mode",
+    "draft_max",
+    "temperature",
+    "synthetic_acceptance",
+    "runs",
+    "prompt_tokens",
+    "generated_tokens",
+    "ttft_s",
+    "ttft_s_min",
+    "ttft_s_max",
+    "decode_tokens_per_s",
+    "decode_tokens_per_s_min",
+    "decode_tokens_per_s_max",
+    "total_time_s",
+    "total_time_s_min",
+    "total_time_s_max",
+    "speedup",
+    "speedup_min",
+    "speedup_max",
+    "speedup_end_to_end",
+    "acceptance_rate",
+    "alpha",
+    "mean_tokens_per_step",
+    "expected_tokens_per_step",
+    "acceptance_by_position",
+    "drafted",
+    "accepted",
+    "steps",
+    "draft_time_s",
+    "verify_time_s",
+    "host_ms_per_step",
+    "predicted_speedup",
+    "efficiency",
+    "predicted_gpu_speedup",
+    "identical",
+    "diverged_prompts",
+    "divergence_position",
+    "violations",
+    "flagged_runs",
 )
 
 
@@ -98,14 +133,26 @@ class Aggregator:
         plain_decode = spread(r.stats.decode_tokens_per_second for r in plain)[0]
         per_rep = _per_rep_speedups(runs, plain)
         row = {
-            "level": "prompt", "category": self.result.prompts[p].category, "prompt_id": self.result.prompts[p].id, "prompts": 1,
-            **self._config_fields(config), "runs": len(runs),
+            "level": "prompt",
+            "category": self.result.prompts[p].category,
+            "prompt_id": self.result.prompts[p].id,
+            "prompts": 1,
+            **self._config_fields(config),
+            "runs": len(runs),
             "prompt_tokens": self.result.prompt_lengths[p],
             "generated_tokens": _median_low(s.generated_tokens for s in stats),
-            "ttft_s": ttft[0], "ttft_s_min": ttft[1], "ttft_s_max": ttft[2],
-            "decode_tokens_per_s": decode[0], "decode_tokens_per_s_min": decode[1], "decode_tokens_per_s_max": decode[2],
-            "total_time_s": total[0], "total_time_s_min": total[1], "total_time_s_max": total[2],
-            "speedup": ratio(decode[0], plain_decode), "speedup_min": min(per_rep, default=None), "speedup_max": max(per_rep, default=None),
+            "ttft_s": ttft[0],
+            "ttft_s_min": ttft[1],
+            "ttft_s_max": ttft[2],
+            "decode_tokens_per_s": decode[0],
+            "decode_tokens_per_s_min": decode[1],
+            "decode_tokens_per_s_max": decode[2],
+            "total_time_s": total[0],
+            "total_time_s_min": total[1],
+            "total_time_s_max": total[2],
+            "speedup": ratio(decode[0], plain_decode),
+            "speedup_min": min(per_rep, default=None),
+            "speedup_max": max(per_rep, default=None),
             "speedup_end_to_end": ratio(spread(_rate(r) for r in runs)[0], spread(_rate(r) for r in plain)[0]),
             **self._pooled(runs, config),
             "drafted": _median_low(s.drafted for s in stats),
@@ -132,40 +179,58 @@ class Aggregator:
         predicted = geomean(row["predicted_speedup"] for row in rows) if not config.plain else None
         speedup = geomean(row["speedup"] for row in rows)
         out = {
-            "level": "category", "category": category, "prompt_id": None, "prompts": len(prompts),
-            **self._config_fields(config), "runs": self.result.settings.runs,
+            "level": "category",
+            "category": category,
+            "prompt_id": None,
+            "prompts": len(prompts),
+            **self._config_fields(config),
+            "runs": self.result.settings.runs,
             "prompt_tokens": _median_low(row["prompt_tokens"] for row in rows),
             "generated_tokens": _sum(row["generated_tokens"] for row in rows),
         }
         for name in ("ttft_s", "decode_tokens_per_s", "total_time_s"):
-            out.update({name: spread(row[name] for row in rows)[0],
-                        f"{name}_min": _min(row[f"{name}_min"] for row in rows), f"{name}_max": _max(row[f"{name}_max"] for row in rows)})
-        out.update({
-            "speedup": speedup,
-            "speedup_min": _min(row["speedup_min"] for row in rows),
-            "speedup_max": _max(row["speedup_max"] for row in rows),
-            "speedup_end_to_end": geomean(row["speedup_end_to_end"] for row in rows),
-            **self._pooled(runs, config),
-            "drafted": _sum(row["drafted"] for row in rows),
-            "accepted": _sum(row["accepted"] for row in rows),
-            "steps": _sum(row["steps"] for row in rows),
-            "draft_time_s": _sum(row["draft_time_s"] for row in rows),
-            "verify_time_s": _sum(row["verify_time_s"] for row in rows),
-            "predicted_speedup": predicted,
-            "efficiency": costmodel.efficiency(speedup, predicted),
-            "predicted_gpu_speedup": geomean(row["predicted_gpu_speedup"] for row in rows) if not config.plain else None,
-            **self._correctness([(p, c) for p in prompts]),
-            "flagged_runs": _sum(row["flagged_runs"] for row in rows),
-        })
+            out.update(
+                {
+                    name: spread(row[name] for row in rows)[0],
+                    f"{name}_min": _min(row[f"{name}_min"] for row in rows),
+                    f"{name}_max": _max(row[f"{name}_max"] for row in rows),
+                }
+            )
+        out.update(
+            {
+                "speedup": speedup,
+                "speedup_min": _min(row["speedup_min"] for row in rows),
+                "speedup_max": _max(row["speedup_max"] for row in rows),
+                "speedup_end_to_end": geomean(row["speedup_end_to_end"] for row in rows),
+                **self._pooled(runs, config),
+                "drafted": _sum(row["drafted"] for row in rows),
+                "accepted": _sum(row["accepted"] for row in rows),
+                "steps": _sum(row["steps"] for row in rows),
+                "draft_time_s": _sum(row["draft_time_s"] for row in rows),
+                "verify_time_s": _sum(row["verify_time_s"] for row in rows),
+                "predicted_speedup": predicted,
+                "efficiency": costmodel.efficiency(speedup, predicted),
+                "predicted_gpu_speedup": geomean(row["predicted_gpu_speedup"] for row in rows)
+                if not config.plain
+                else None,
+                **self._correctness([(p, c) for p in prompts]),
+                "flagged_runs": _sum(row["flagged_runs"] for row in rows),
+            }
+        )
         return out
 
     # -- shared pieces ----------------------------------------------------------------------
 
     def _config_fields(self, config: Config) -> dict:
         with_t = len({c.temperature for c in self.configs}) > 1
-        return {"config": config.id, "label": config.label(with_t), "mode": config.mode,
-                "draft_max": 0 if config.plain else config.draft_max, "temperature": config.temperature,
-                "synthetic_acceptance": config.synthetic}
+        return {
+            "config": config.id,
+            "label": config.label(with_t),
+            "mode": config.mode,
+            "draft_max": 0 if config.plain else config.draft_max,
+            "temperature": config.temperature,
+            "synthetic_acceptance": config.synthetic,
+        }
 
     def _pooled(self, runs: Sequence[RunRecord], config: Config) -> dict:
         """Acceptance and tokens per step over every run (per-run ratios of small counts are noisy)."""
@@ -187,7 +252,9 @@ class Aggregator:
             "acceptance_rate": ratio(accepted, drafted) if drafted else None,
             "alpha": alpha,
             "mean_tokens_per_step": after_first / steps if steps else None,
-            "expected_tokens_per_step": costmodel.expected_tokens_per_step(alpha, config.draft_max) if alpha is not None else None,
+            "expected_tokens_per_step": costmodel.expected_tokens_per_step(alpha, config.draft_max)
+            if alpha is not None
+            else None,
             "acceptance_by_position": [round(a / d, 4) if d else None for a, d in zip(by_accepted, by_drafted)],
             "host_ms_per_step": 1000.0 * sum(r.stats.host_time for r in runs) / steps if steps else None,
         }
@@ -201,7 +268,9 @@ class Aggregator:
             return None
         steps = [s for r in runs for s in r.steps]
         names = {s.drafter for s in steps}
-        alphas = {n: costmodel.alpha_from_steps((s.drafted, s.accepted) for s in steps if s.drafter == n) for n in names}
+        alphas = {
+            n: costmodel.alpha_from_steps((s.drafted, s.accepted) for s in steps if s.drafter == n) for n in names
+        }
         measured = {n: statistics.fmean(s.draft_s for s in steps if s.drafter == n) for n in names}
 
         def draft_seconds(s) -> float:
@@ -212,7 +281,9 @@ class Aggregator:
             return measured[s.drafter] if s.drafter is not None else 0.0
 
         costs = costmodel.on_a_gpu(self.costs) if gpu else self.costs
-        return costmodel.predicted_speedup_of_steps(((alphas[s.drafter], s.drafted, draft_seconds(s)) for s in steps), costs)
+        return costmodel.predicted_speedup_of_steps(
+            ((alphas[s.drafter], s.drafted, draft_seconds(s)) for s in steps), costs
+        )
 
     def _correctness(self, keys: Sequence[tuple[int, int]]) -> dict:
         """identical: every temperature-0 run matched plain (None: not checked)."""
@@ -223,8 +294,12 @@ class Aggregator:
             return {"identical": None, "diverged_prompts": None, "divergence_position": None, "violations": violations}
         diverged = {ch.prompt for ch in checks if ch.position is not None}
         positions = [ch.position for ch in checks if ch.position is not None]
-        return {"identical": not diverged, "diverged_prompts": len(diverged), "divergence_position": min(positions, default=None),
-                "violations": violations}
+        return {
+            "identical": not diverged,
+            "diverged_prompts": len(diverged),
+            "divergence_position": min(positions, default=None),
+            "violations": violations,
+        }
 
 
 def _per_rep_speedups(runs: Sequence[RunRecord], plain: Sequence[RunRecord]) -> list[float]:
@@ -286,8 +361,13 @@ def correctness(result: BenchResult, pieces=None) -> dict:
             continue
         prompt = result.prompts[ch.prompt]
         item = {
-            "prompt_id": prompt.id, "category": prompt.category, "config": result.configs[ch.config].id, "run": ch.rep + 1,
-            "position": ch.position, "plain_token": ch.plain_token, "spec_token": ch.spec_token,
+            "prompt_id": prompt.id,
+            "category": prompt.category,
+            "config": result.configs[ch.config].id,
+            "run": ch.rep + 1,
+            "position": ch.position,
+            "plain_token": ch.plain_token,
+            "spec_token": ch.spec_token,
             "plain_piece": show(ch.plain_token) if ch.plain_token is not None else None,
             "spec_piece": show(ch.spec_token) if ch.spec_token is not None else None,
         }
@@ -298,11 +378,17 @@ def correctness(result: BenchResult, pieces=None) -> dict:
     for record in judged:
         for kind, found in (("tie", record.identity.ties), ("violation", record.identity.violations)):
             for f in found:
-                findings.append({
-                    "kind": kind, "prompt_id": result.prompts[record.prompt].id, "config": result.configs[record.config].id,
-                    "run": record.rep + 1, **f.to_dict(),
-                    "chosen_piece": show(f.chosen.token), "top_piece": show(f.top.token),
-                })
+                findings.append(
+                    {
+                        "kind": kind,
+                        "prompt_id": result.prompts[record.prompt].id,
+                        "config": result.configs[record.config].id,
+                        "run": record.rep + 1,
+                        **f.to_dict(),
+                        "chosen_piece": show(f.chosen.token),
+                        "top_piece": show(f.top.token),
+                    }
+                )
     return {
         "checked": len(result.checks),
         "identical": sum(1 for ch in result.checks if ch.position is None),
@@ -349,32 +435,42 @@ def noise(result: BenchResult, environment: dict, prompt_rows: Sequence[dict]) -
     parallel = sum(r.stats.prefill_time + r.stats.llama_decode_time for r in result.records)
     alone = threads * parallel + max(result.measure_s - parallel, 0.0)
     share = result.cpu_s / alone if alone > 0 and result.measure_s >= 1.0 else None
-    spreads = [(row["decode_tokens_per_s_max"] / row["decode_tokens_per_s_min"], row) for row in prompt_rows
-               if row["runs"] > 1 and row["decode_tokens_per_s_min"]]
+    spreads = [
+        (row["decode_tokens_per_s_max"] / row["decode_tokens_per_s_min"], row)
+        for row in prompt_rows
+        if row["runs"] > 1 and row["decode_tokens_per_s_min"]
+    ]
     worst = max(spreads, key=lambda item: item[0], default=None)
     load = environment.get("load_average_start")
     cpus = (environment.get("machine") or {}).get("cpu_count") or 0
     warnings = []
     if share is not None and not environment.get("gpu_layers") and share < CPU_SHARE_WARN:
-        warnings.append(f"the bench got {share:.0%} of the CPU time its {threads} threads needed: other processes competed "
-                        "for the CPU, so these timings are unreliable (rerun on an idle machine or with fewer --threads)")
+        warnings.append(
+            f"the bench got {share:.0%} of the CPU time its {threads} threads needed: other processes competed "
+            "for the CPU, so these timings are unreliable (rerun on an idle machine or with fewer --threads)"
+        )
     if load is not None and cpus and load >= 1.0 and load + threads > cpus:
         warnings.append(f"the load average was {load:.1f} on {cpus} CPUs when the bench started: the machine was busy")
     if worst is not None and worst[0] > SPREAD_WARN:
         row = worst[1]
-        warnings.append(f"decode speed varied {worst[0]:.1f}× between repetitions of {row['prompt_id']} ({row['label']}): "
-                        "medians resist outliers, but check that the machine is idle")
+        warnings.append(
+            f"decode speed varied {worst[0]:.1f}× between repetitions of {row['prompt_id']} ({row['label']}): "
+            "medians resist outliers, but check that the machine is idle"
+        )
     flagged = [r for r in result.records if disturbed(r, threads)]
     if flagged:
         faults = sum(r.stats.major_faults for r in flagged)
-        warnings.append(f"{len(flagged)} of {len(result.records)} runs were disturbed ({faults} major page faults in all, "
-                        "or too little CPU): their rows count `flagged_runs`; each run's figures are in `runs`")
+        warnings.append(
+            f"{len(flagged)} of {len(result.records)} runs were disturbed ({faults} major page faults in all, "
+            "or too little CPU): their rows count `flagged_runs`; each run's figures are in `runs`"
+        )
     figures = {
         "flagged_runs": len(flagged),
         "cpu_share": None if share is None else round(share, 3),
         "load_average_start": load,
-        "max_run_spread": None if worst is None else {"ratio": round(worst[0], 3), "prompt_id": worst[1]["prompt_id"],
-                                                      "config": worst[1]["config"]},
+        "max_run_spread": None
+        if worst is None
+        else {"ratio": round(worst[0], 3), "prompt_id": worst[1]["prompt_id"], "config": worst[1]["config"]},
     }
     return figures, warnings
 
@@ -385,11 +481,15 @@ def document(result: BenchResult, environment: dict, settings: dict, pieces=None
     prompts = result.prompts
     categories = list(dict.fromkeys(p.category for p in prompts))
     prompt_rows = [rounded(agg.prompt_row(p, c)) for c in range(len(result.configs)) for p in range(len(prompts))]
-    prompt_rows.sort(key=lambda row: (categories.index(row["category"]), row["prompt_id"], _config_order(result, row["config"])))
+    prompt_rows.sort(
+        key=lambda row: (categories.index(row["category"]), row["prompt_id"], _config_order(result, row["config"]))
+    )
     category_rows = []
     for c in range(len(result.configs)):
         for category in categories:
-            category_rows.append(rounded(agg.group_row(category, [i for i, p in enumerate(prompts) if p.category == category], c)))
+            category_rows.append(
+                rounded(agg.group_row(category, [i for i, p in enumerate(prompts) if p.category == category], c))
+            )
         category_rows.append(rounded(agg.group_row(ALL, list(range(len(prompts))), c)))
     order = categories + [ALL]
     category_rows.sort(key=lambda row: (order.index(row["category"]), _config_order(result, row["config"])))
@@ -402,7 +502,9 @@ def document(result: BenchResult, environment: dict, settings: dict, pieces=None
         "environment": environment,
         "calibration": result.calibration.to_dict() if result.calibration else None,
         "configurations": [c.to_dict() for c in result.configs],
-        "prompt_set": [{"id": p.id, "category": p.category, "prompt_tokens": n} for p, n in zip(prompts, result.prompt_lengths)],
+        "prompt_set": [
+            {"id": p.id, "category": p.category, "prompt_tokens": n} for p, n in zip(prompts, result.prompt_lengths)
+        ],
         "categories": category_rows,
         "prompts": prompt_rows,
         "correctness": correctness(result, pieces),

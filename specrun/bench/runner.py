@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -67,12 +68,23 @@ class Config:
         return None if self.synthetic is None else SyntheticAcceptance(self.synthetic, seed)
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "label": self.label(), "mode": self.mode, "draft_max": self.draft_max if not self.plain else 0,
-                "temperature": self.temperature, "synthetic_acceptance": self.synthetic}
+        return {
+            "id": self.id,
+            "label": self.label(),
+            "mode": self.mode,
+            "draft_max": self.draft_max if not self.plain else 0,
+            "temperature": self.temperature,
+            "synthetic_acceptance": self.synthetic,
+        }
 
 
-def configurations(modes: Sequence[str], draft_maxes: Sequence[int] | None, temperatures: Sequence[float],
-                   recommended_k: int | None = None, synthetic: Sequence[float] | None = None) -> list[Config]:
+def configurations(
+    modes: Sequence[str],
+    draft_maxes: Sequence[int] | None,
+    temperatures: Sequence[float],
+    recommended_k: int | None = None,
+    synthetic: Sequence[float] | None = None,
+) -> list[Config]:
     """Plain decoding plus every (mode, K) per temperature. Plain is always included: every speedup
     is measured against plain decoding from the same run. K is the most draft tokens per step in
     every mode; without `draft_maxes` each mode gets its default (defaults.draft_max_for: the
@@ -85,9 +97,13 @@ def configurations(modes: Sequence[str], draft_maxes: Sequence[int] | None, temp
         raise InputError("temperatures must be 0 or more", "pass --temperature 0,0.8")
     spec_modes = [m for m in dict.fromkeys(modes) if m != "off"]
     if synthetic is not None and (not synthetic or any(not 0.0 <= p <= 1.0 for p in synthetic)):
-        raise InputError("--synthetic-acceptance values must lie between 0 and 1", "pass e.g. --synthetic-acceptance 0.6,0.8,0.9")
+        raise InputError(
+            "--synthetic-acceptance values must lie between 0 and 1", "pass e.g. --synthetic-acceptance 0.6,0.8,0.9"
+        )
     if synthetic is not None and not spec_modes:
-        raise InputError("--synthetic-acceptance needs a speculative mode", "pass --spec draft (or another mode besides off)")
+        raise InputError(
+            "--synthetic-acceptance needs a speculative mode", "pass --spec draft (or another mode besides off)"
+        )
     rates: list[float | None] = list(dict.fromkeys(synthetic)) if synthetic is not None else [None]
     if spec_modes and draft_maxes is not None and (not draft_maxes or any(k < 1 for k in draft_maxes)):
         raise InputError("--draft-max values must be 1 or more", "K = 0 is plain decoding; use --spec off for it")
@@ -111,7 +127,9 @@ class BenchSettings:
 
     runs: int = 3
     warmup: int = 1
-    base: GenerationSettings = field(default_factory=lambda: GenerationSettings(max_tokens=defaults.BENCH_MAX_TOKENS, seed=0))
+    base: GenerationSettings = field(
+        default_factory=lambda: GenerationSettings(max_tokens=defaults.BENCH_MAX_TOKENS, seed=0)
+    )
 
     @property
     def max_tokens(self) -> int:
@@ -130,10 +148,20 @@ class BenchSettings:
     def to_dict(self) -> dict:
         """The shared settings, flat, as the JSON document records them."""
         base, sampling = self.base, self.base.sampling
-        return {"runs": self.runs, "warmup": self.warmup, "max_tokens": base.max_tokens, "seed": base.seed or 0,
-                "ignore_eos": base.ignore_eos, "draft_min": base.draft_min, "draft_p_min": base.draft_p_min,
-                "ngram_min": base.ngram_min, "ngram_max": base.ngram_max, "top_k": sampling.top_k, "top_p": sampling.top_p,
-                "min_p": sampling.min_p}
+        return {
+            "runs": self.runs,
+            "warmup": self.warmup,
+            "max_tokens": base.max_tokens,
+            "seed": base.seed or 0,
+            "ignore_eos": base.ignore_eos,
+            "draft_min": base.draft_min,
+            "draft_p_min": base.draft_p_min,
+            "ngram_min": base.ngram_min,
+            "ngram_max": base.ngram_max,
+            "top_k": sampling.top_k,
+            "top_p": sampling.top_p,
+            "min_p": sampling.min_p,
+        }
 
 
 @dataclass(frozen=True)
@@ -211,7 +239,9 @@ class Engine(Protocol):
 
     def check(self, config: Config, generation: GenerationSettings) -> None: ...
 
-    def run(self, tokens: list[int], config: Config, generation: GenerationSettings) -> tuple[list[int], str, Stats, list[StepSample]]: ...
+    def run(
+        self, tokens: list[int], config: Config, generation: GenerationSettings
+    ) -> tuple[list[int], str, Stats, list[StepSample]]: ...
 
     def calibrate(self, tokens: list[int], batch_sizes: Sequence[int], reps: int) -> Calibration: ...
 
@@ -250,7 +280,9 @@ def schedule(n_prompts: int, n_configs: int, runs: int) -> list[tuple[int, int, 
     (A B, B A, A B …): a drift within a prompt's runs, or a cost the first run of a prompt pays,
     then falls on every configuration alike instead of always on the same one."""
     configs = list(range(n_configs))
-    return [(r, p, c) for r in range(runs) for p in range(n_prompts) for c in (configs if r % 2 == 0 else configs[::-1])]
+    return [
+        (r, p, c) for r in range(runs) for p in range(n_prompts) for c in (configs if r % 2 == 0 else configs[::-1])
+    ]
 
 
 def first_divergence(expected: Sequence[int], actual: Sequence[int]) -> int | None:
@@ -261,23 +293,39 @@ def first_divergence(expected: Sequence[int], actual: Sequence[int]) -> int | No
     return None if len(expected) == len(actual) else min(len(expected), len(actual))
 
 
-def divergence_detail(row: np.ndarray | None, plain_token: int | None, spec_token: int | None, tolerance: float) -> dict:
+def divergence_detail(
+    row: np.ndarray | None, plain_token: int | None, spec_token: int | None, tolerance: float
+) -> dict:
     """Both tokens at a divergence, ranked by the target's logits there (the prefix is shared, so
     one row serves both); a near-tie when each is within `tolerance` of the argmax."""
-    ranked = {name: (rank(row, token) if row is not None and token is not None else None)
-              for name, token in (("plain", plain_token), ("spec", spec_token))}
+    ranked = {
+        name: (rank(row, token) if row is not None and token is not None else None)
+        for name, token in (("plain", plain_token), ("spec", spec_token))
+    }
     near = all(c is not None and c.gap <= tolerance for c in ranked.values())
-    return {**{name: (c.to_dict() if c else None) for name, c in ranked.items()}, "near_tie": near,
-            "tolerance": round(tolerance, 4)}
+    return {
+        **{name: (c.to_dict() if c else None) for name, c in ranked.items()},
+        "near_tie": near,
+        "tolerance": round(tolerance, 4),
+    }
 
 
 def compare(records: Sequence[RunRecord], configs: Sequence[Config]) -> list[Check]:
     """Every temperature-0 speculative run against the plain run of the same prompt and repetition."""
-    plain = {(r.rep, r.prompt): i for i, r in enumerate(records) if configs[r.config].plain and configs[r.config].temperature == 0}
+    plain = {
+        (r.rep, r.prompt): i
+        for i, r in enumerate(records)
+        if configs[r.config].plain and configs[r.config].temperature == 0
+    }
     checks = []
     for record in records:
         config = configs[record.config]
-        if config.plain or config.temperature != 0 or config.synthetic is not None or (record.rep, record.prompt) not in plain:
+        if (
+            config.plain
+            or config.temperature != 0
+            or config.synthetic is not None
+            or (record.rep, record.prompt) not in plain
+        ):
             continue
         base = records[plain[(record.rep, record.prompt)]]
         pos = first_divergence(base.tokens, record.tokens)
@@ -289,8 +337,13 @@ def compare(records: Sequence[RunRecord], configs: Sequence[Config]) -> list[Che
     return checks
 
 
-def verify_identity(checks: Sequence[Check], records: Sequence[RunRecord], configs: Sequence[Config],
-                    prompt_tokens: Sequence[list[int]], engine: Engine) -> None:
+def verify_identity(
+    checks: Sequence[Check],
+    records: Sequence[RunRecord],
+    configs: Sequence[Config],
+    prompt_tokens: Sequence[list[int]],
+    engine: Engine,
+) -> None:
     """Check every temperature-0 run, plain decoding included, token by token against the target's
     own logits from one batched pass over prompt + output (engine.identity), and rank both tokens
     at each divergence from plain decoding. Identical outputs are checked once.
@@ -298,7 +351,9 @@ def verify_identity(checks: Sequence[Check], records: Sequence[RunRecord], confi
     The tolerance is twice the measured arithmetic noise (how far a token's logits move between a
     pass of its own and a batch, on this machine), at least identity.NEAR_TIE_LOGITS: on the
     prompt's tail, and for an output with a finding beyond that, along the output itself."""
-    zero = [i for i, r in enumerate(records) if configs[r.config].temperature == 0 and configs[r.config].synthetic is None]
+    zero = [
+        i for i, r in enumerate(records) if configs[r.config].temperature == 0 and configs[r.config].synthetic is None
+    ]
     if not zero:
         return
     tolerance = tolerance_from_noise(engine.logit_noise(list(prompt_tokens[records[zero[0]].prompt])))
@@ -312,7 +367,7 @@ def verify_identity(checks: Sequence[Check], records: Sequence[RunRecord], confi
     for (p, output), indices in outputs.items():
         prompt = list(prompt_tokens[p])
         rows = engine.output_rows(prompt, list(output))
-        result = identity.judge_rows(rows, output, tolerance, lambda: engine.output_noise(prompt, list(output)))
+        result = identity.judge_rows(rows, output, tolerance, lambda prompt=prompt, output=output: engine.output_noise(prompt, list(output)))
         for i in indices:
             records[i].identity = result
             for check in diverged.pop(i, []):
@@ -336,8 +391,13 @@ def calibration_sizes(configs: Sequence[Config]) -> list[int]:
     return sorted(sizes)
 
 
-def run_bench(engine: Engine, prompts: Sequence[BenchPrompt], configs: Sequence[Config], settings: BenchSettings,
-              progress: Progress | None = None) -> BenchResult:
+def run_bench(
+    engine: Engine,
+    prompts: Sequence[BenchPrompt],
+    configs: Sequence[Config],
+    settings: BenchSettings,
+    progress: Progress | None = None,
+) -> BenchResult:
     """Warm up, calibrate, run the schedule, compare outputs; see the module docstring."""
     progress = progress or (lambda *_: None)
     started = time.perf_counter()
@@ -352,7 +412,9 @@ def run_bench(engine: Engine, prompts: Sequence[BenchPrompt], configs: Sequence[
     for _ in range(settings.warmup):
         for config in configs:
             progress("warm-up", done, total, config.label(True))
-            engine.run(tokens[shortest], config, settings.generation(config, shortest, min(settings.max_tokens, WARMUP_TOKENS)))
+            engine.run(
+                tokens[shortest], config, settings.generation(config, shortest, min(settings.max_tokens, WARMUP_TOKENS))
+            )
             done += 1
     progress("calibration", done, total, "decode costs")
     calibration = engine.calibrate(tokens[shortest], calibration_sizes(configs), CALIBRATION_REPS)
@@ -369,8 +431,19 @@ def run_bench(engine: Engine, prompts: Sequence[BenchPrompt], configs: Sequence[
     checks = compare(records, configs)
     verify_identity(checks, records, configs, tokens, engine)
     progress("done", total, total, "")
-    return BenchResult(list(prompts), list(configs), settings, [len(t) for t in tokens], records, calibration, checks,
-                       time.perf_counter() - started, measure_s, cpu_s, engine.threads)
+    return BenchResult(
+        list(prompts),
+        list(configs),
+        settings,
+        [len(t) for t in tokens],
+        records,
+        calibration,
+        checks,
+        time.perf_counter() - started,
+        measure_s,
+        cpu_s,
+        engine.threads,
+    )
 
 
 def _cpu_seconds() -> float:
@@ -379,8 +452,13 @@ def _cpu_seconds() -> float:
     return t.user + t.system
 
 
-def _check_fits(engine: Engine, prompts: Sequence[BenchPrompt], tokens: Sequence[list[int]], configs: Sequence[Config],
-                settings: BenchSettings) -> None:
+def _check_fits(
+    engine: Engine,
+    prompts: Sequence[BenchPrompt],
+    tokens: Sequence[list[int]],
+    configs: Sequence[Config],
+    settings: BenchSettings,
+) -> None:
     """A run that hits the end of the context would stop early and skew its figures: refuse up front."""
     k_max = max((c.draft_max for c in configs), default=0)
     for prompt, ids in zip(prompts, tokens):
@@ -413,17 +491,27 @@ class PairEngine:
         """Set the configuration up once, so an unknown mode fails before anything is timed."""
         self.session.policy(config.mode, generation, fresh=self.fresh, verifier=config.verifier(generation.seed or 0))
 
-    def run(self, tokens: list[int], config: Config, generation: GenerationSettings) -> tuple[list[int], str, Stats, list[StepSample]]:
+    def run(
+        self, tokens: list[int], config: Config, generation: GenerationSettings
+    ) -> tuple[list[int], str, Stats, list[StepSample]]:
         """One run from empty KV caches: every run then prefills its whole prompt, as a fresh request would."""
         self.session.reset()
         steps: list[StepSample] = []
 
         def record(update) -> None:
             choice = update.choice
-            steps.append(StepSample(choice.drafter, choice.k, update.drafted, update.accepted, update.draft_s, update.verify_s))
+            steps.append(
+                StepSample(choice.drafter, choice.k, update.drafted, update.accepted, update.draft_s, update.verify_s)
+            )
 
-        run = self.session.generation(tokens, generation, mode=config.mode, fresh=self.fresh, on_step=record,
-                                      verifier=config.verifier(generation.seed or 0))
+        run = self.session.generation(
+            tokens,
+            generation,
+            mode=config.mode,
+            fresh=self.fresh,
+            on_step=record,
+            verifier=config.verifier(generation.seed or 0),
+        )
         out: list[int] = []
         pieces: list[str] = []
         for step in run.run():
@@ -437,9 +525,12 @@ class PairEngine:
         Sizes are interleaved within each repetition, like the runs, and the cache is trimmed back
         after every pass so each one sees the same context length.
         """
-        costs = measure_costs(self.session.target_ctx, self.session.draft_ctx, tokens, batch_sizes, reps, head=self.session.head_ctx)
-        return Calibration(len(tokens), costs.verify_s.get(1, 0.0), costs.verify_s, costs.draft_token_s,
-                           (costs.mtp_s or {}).get(1))
+        costs = measure_costs(
+            self.session.target_ctx, self.session.draft_ctx, tokens, batch_sizes, reps, head=self.session.head_ctx
+        )
+        return Calibration(
+            len(tokens), costs.verify_s.get(1, 0.0), costs.verify_s, costs.draft_token_s, (costs.mtp_s or {}).get(1)
+        )
 
     def output_rows(self, prompt: list[int], output: list[int]) -> np.ndarray:
         """The target's logits at every output position, from one batched pass (engine.identity);

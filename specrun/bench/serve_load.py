@@ -19,8 +19,8 @@ import random
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
 from urllib.parse import urlsplit
 
 from .prompts import BenchPrompt
@@ -77,15 +77,32 @@ class Outcome:
         return self.status == 200 and self.error is None and self.finish_reason is not None
 
 
-def send(url: str, request: LoadRequest, temperature: float, *, api_key: str | None = None,
-         submitted: threading.Event | None = None, variables: dict | None = None) -> Outcome:
+def send(
+    url: str,
+    request: LoadRequest,
+    temperature: float,
+    *,
+    api_key: str | None = None,
+    submitted: threading.Event | None = None,
+    variables: dict | None = None,
+) -> Outcome:
     """One streamed chat request; `submitted` is set once the server has taken it (its first event);
     `variables` go to the chat template as the request's chat_template_kwargs (e.g. enable_thinking)."""
     out = Outcome(request.id, request.category, request.max_tokens)
-    messages = ([{"role": "system", "content": request.system}] if request.system else []) + [{"role": "user", "content": request.prompt}]
-    body = json.dumps({"messages": messages, "max_tokens": request.max_tokens, "temperature": temperature,
-                       "seed": request.seed, "stream": True, "return_tokens": True,
-                       **({"chat_template_kwargs": variables} if variables else {})}).encode()
+    messages = ([{"role": "system", "content": request.system}] if request.system else []) + [
+        {"role": "user", "content": request.prompt}
+    ]
+    body = json.dumps(
+        {
+            "messages": messages,
+            "max_tokens": request.max_tokens,
+            "temperature": temperature,
+            "seed": request.seed,
+            "stream": True,
+            "return_tokens": True,
+            **({"chat_template_kwargs": variables} if variables else {}),
+        }
+    ).encode()
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
     parts = urlsplit(url)
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT_S)
@@ -116,7 +133,7 @@ def _read_events(response, out: Outcome, start: float, submitted: threading.Even
             continue
         if submitted is not None:
             submitted.set()
-        data = line[len("data: "):]
+        data = line[len("data: ") :]
         if data == "[DONE]":
             break
         event = json.loads(data)
@@ -141,8 +158,14 @@ def _read_events(response, out: Outcome, start: float, submitted: threading.Even
     out.text = "".join(pieces)
 
 
-def burst(url: str, requests: Sequence[LoadRequest], temperature: float, *, api_key: str | None = None,
-          variables: dict | None = None) -> tuple[list[Outcome], float]:
+def burst(
+    url: str,
+    requests: Sequence[LoadRequest],
+    temperature: float,
+    *,
+    api_key: str | None = None,
+    variables: dict | None = None,
+) -> tuple[list[Outcome], float]:
     """Send every request at once, each from its own client, submitted in order; returns the
     outcomes (in workload order) and the seconds from the first send to the last answer."""
     outcomes: list[Outcome | None] = [None] * len(requests)
@@ -204,7 +227,9 @@ def mark_identical(runs: list[dict]) -> list[tuple[dict, dict, dict]]:
     """At temperature 0, compare each run's answers with plain decoding's at the same concurrency,
     schedule and repetition: `identical` is how many requests got the same tokens (None for plain
     itself). Returns the (run, outcome, plain outcome) that differ, for a closer look."""
-    plain = {(r["concurrency"], r["schedule"], r["repetition"], r["temperature"]): r for r in runs if r["mode"] == "off"}
+    plain = {
+        (r["concurrency"], r["schedule"], r["repetition"], r["temperature"]): r for r in runs if r["mode"] == "off"
+    }
     differing = []
     for run in runs:
         base = plain.get((run["concurrency"], run["schedule"], run["repetition"], run["temperature"]))
@@ -222,10 +247,26 @@ def mark_identical(runs: list[dict]) -> list[tuple[dict, dict, dict]]:
     return differing
 
 
-def record(mode: str, schedule: str, concurrency: int, repetition: int, temperature: float, outcomes: list[Outcome],
-           makespan: float, cpu_share: float | None = None) -> dict:
-    return {"mode": mode, "schedule": schedule, "concurrency": concurrency, "repetition": repetition, "temperature": temperature,
-            **summary(outcomes, makespan), "cpu_share": cpu_share, "outcomes": [asdict(o) for o in outcomes]}
+def record(
+    mode: str,
+    schedule: str,
+    concurrency: int,
+    repetition: int,
+    temperature: float,
+    outcomes: list[Outcome],
+    makespan: float,
+    cpu_share: float | None = None,
+) -> dict:
+    return {
+        "mode": mode,
+        "schedule": schedule,
+        "concurrency": concurrency,
+        "repetition": repetition,
+        "temperature": temperature,
+        **summary(outcomes, makespan),
+        "cpu_share": cpu_share,
+        "outcomes": [asdict(o) for o in outcomes],
+    }
 
 
 def warnings(runs: Sequence[dict], load_start: float | None, cpus: int, threads: int, on_gpu: bool) -> list[str]:
@@ -236,16 +277,34 @@ def warnings(runs: Sequence[dict], load_start: float | None, cpus: int, threads:
         out.append(f"the load average was {load_start:.1f} on {cpus} CPUs when the bench started: the machine was busy")
     shares = [r["cpu_share"] for r in runs if r.get("cpu_share") is not None]
     if shares and not on_gpu and min(shares) < CPU_SHARE_WARN:
-        out.append(f"a run got {min(shares):.0%} of the CPU time its {threads} threads needed: other processes competed for "
-                   "the CPU, so these timings are unreliable (rerun on an idle machine)")
+        out.append(
+            f"a run got {min(shares):.0%} of the CPU time its {threads} threads needed: other processes competed for "
+            "the CPU, so these timings are unreliable (rerun on an idle machine)"
+        )
     return out
 
 
 def table_rows(runs: list[dict]) -> tuple[list[str], list[list[str]]]:
     """The summary table: one line per run, with throughput against plain decoding's."""
-    headers = ["parallel", "schedule", "mode", "tok/s", "vs plain", "completion mean s", "p95 s", "TTFT mean s", "p95 s",
-               "decode tok/s", "accept", "identical"]
-    plain = {(r["concurrency"], r["schedule"], r["repetition"]): r["throughput_tokens_per_s"] for r in runs if r["mode"] == "off"}
+    headers = [
+        "parallel",
+        "schedule",
+        "mode",
+        "tok/s",
+        "vs plain",
+        "completion mean s",
+        "p95 s",
+        "TTFT mean s",
+        "p95 s",
+        "decode tok/s",
+        "accept",
+        "identical",
+    ]
+    plain = {
+        (r["concurrency"], r["schedule"], r["repetition"]): r["throughput_tokens_per_s"]
+        for r in runs
+        if r["mode"] == "off"
+    }
     rows = []
     for r in runs:
         base = plain.get((r["concurrency"], r["schedule"], r["repetition"]))
@@ -253,11 +312,24 @@ def table_rows(runs: list[dict]) -> tuple[list[str], list[list[str]]]:
         identical = "—" if r.get("identical") is None else f"{r['identical']}/{r['answered']}"
         if r.get("near_ties") or r.get("violations"):
             identical += f" ({r.get('near_ties', 0)} near-ties, {r.get('violations', 0)} violations)"
-        rows.append([str(r["concurrency"]), r["schedule"], "plain" if r["mode"] == "off" else r["mode"], _fmt(r["throughput_tokens_per_s"], 1),
-                     ratio, _fmt(r["completion_mean_s"]), _fmt(r["completion_p95_s"]), _fmt(r["ttft_mean_s"]), _fmt(r["ttft_p95_s"]),
-                     _fmt(r["decode_tokens_per_s_median"], 1),
-                     "—" if r["acceptance_rate"] is None else f"{100 * r['acceptance_rate']:.0f}% ({r['accepted']}/{r['drafted']})",
-                     identical])
+        rows.append(
+            [
+                str(r["concurrency"]),
+                r["schedule"],
+                "plain" if r["mode"] == "off" else r["mode"],
+                _fmt(r["throughput_tokens_per_s"], 1),
+                ratio,
+                _fmt(r["completion_mean_s"]),
+                _fmt(r["completion_p95_s"]),
+                _fmt(r["ttft_mean_s"]),
+                _fmt(r["ttft_p95_s"]),
+                _fmt(r["decode_tokens_per_s_median"], 1),
+                "—"
+                if r["acceptance_rate"] is None
+                else f"{100 * r['acceptance_rate']:.0f}% ({r['accepted']}/{r['drafted']})",
+                identical,
+            ]
+        )
     return headers, rows
 
 

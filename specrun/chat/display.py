@@ -131,8 +131,16 @@ class DraftColours:
 class TerminalDisplay:
     """Live answers on a terminal: streamed text, a status line below it, a summary after."""
 
-    def __init__(self, model, *, show_drafts: bool = False, quiet: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None,
-                 hide_thinking: bool = False):
+    def __init__(
+        self,
+        model,
+        *,
+        show_drafts: bool = False,
+        quiet: bool = False,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+        hide_thinking: bool = False,
+    ):
         self.model = model
         self.show_drafts = show_drafts
         self.hide_thinking = hide_thinking
@@ -152,7 +160,9 @@ class TerminalDisplay:
     def banner(self, session: ChatSession) -> None:
         config = session.pair.config
         models = f"target {config.target.name}" + (f" · draft {config.draft.name}" if config.draft else " · no draft")
-        self.console_err.print(Text(f"specrun chat · {models} · {label(session.mode, session.k)} · ctx {session.n_ctx}", style="bold"))
+        self.console_err.print(
+            Text(f"specrun chat · {models} · {label(session.mode, session.k)} · ctx {session.n_ctx}", style="bold")
+        )
         self.console_err.print(Text(session.pair.placement.describe(), style="dim"))
         hints = '/help lists commands · """ starts a multi-line message · Ctrl-C stops an answer · Ctrl-D exits'
         if self.show_drafts:
@@ -183,7 +193,9 @@ class TerminalDisplay:
         self._thinking = ThinkingStream(self.err, hidden=self.hide_thinking, clean=lambda text: text.translate(_SAFE))
         self._ends_with_newline = True
         if self.live:  # a long prompt takes a while before the first token: say what is happening
-            self._line = self._render(Text(f"reading {turn.prefilled} new prompt tokens… · {live_label(turn)}", style="dim"))
+            self._line = self._render(
+                Text(f"reading {turn.prefilled} new prompt tokens… · {live_label(turn)}", style="dim")
+            )
             self._draw()
 
     def step(self, step: Step, turn: Turn) -> None:
@@ -244,7 +256,7 @@ class TerminalDisplay:
             entry = self._coloured[0]
             piece = entry[0][:n]
             taken.append((piece, entry[1]))
-            entry[0] = entry[0][len(piece):]
+            entry[0] = entry[0][len(piece) :]
             n -= len(piece)
             if not entry[0]:
                 self._coloured.popleft()
@@ -280,7 +292,14 @@ class TerminalDisplay:
 class PlainDisplay:
     """Scripts: answers as they stream to stdout, one per message; summaries to stderr."""
 
-    def __init__(self, *, quiet: bool = False, stdout: TextIO | None = None, stderr: TextIO | None = None, hide_thinking: bool = False):
+    def __init__(
+        self,
+        *,
+        quiet: bool = False,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+        hide_thinking: bool = False,
+    ):
         self.out = stdout or sys.stdout
         self.err = stderr or sys.stderr
         self.quiet = quiet

@@ -11,7 +11,8 @@ import json
 import os
 import signal
 import sys
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from ..errors import InputError
 
@@ -98,7 +99,9 @@ class JsonlInput:
             message = json.loads(line)
         except json.JSONDecodeError as error:
             raise InputError(f"--jsonl line {self.number} is not JSON ({error.msg})", hint) from None
-        if not (isinstance(message, dict) and message.get("role") in self.ROLES and isinstance(message.get("content"), str)):
+        if not (
+            isinstance(message, dict) and message.get("role") in self.ROLES and isinstance(message.get("content"), str)
+        ):
             raise InputError(f"--jsonl line {self.number} is not a message", hint)
         return {"role": message["role"], "content": message["content"]}
 

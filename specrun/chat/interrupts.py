@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 class Interrupts:
@@ -34,7 +34,7 @@ class Interrupts:
         self.requested = True
 
     @contextmanager
-    def armed(self) -> Iterator["Interrupts"]:
+    def armed(self) -> Iterator[Interrupts]:
         """Take Ctrl-C over for the block. Off the main thread (where signals never arrive) it only
         resets `requested`."""
         self.requested, self.active = False, True

@@ -6,8 +6,9 @@ and the partial answer stays in the conversation; from a pipe, Ctrl-C ends the p
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Callable, Protocol
+from typing import Protocol
 
 from ..engine.generation import Step
 from ..errors import OutputClosed, SpecrunError
@@ -63,7 +64,9 @@ def answer(session: ChatSession, content: str, display: Display, interrupts: Int
     return result
 
 
-def run_session(session: ChatSession, read: Callable[[], "str | dict | None"], display: Display, interrupts: Interrupts | None) -> None:
+def run_session(
+    session: ChatSession, read: Callable[[], str | dict | None], display: Display, interrupts: Interrupts | None
+) -> None:
     """Read inputs until the end: slash commands, messages (dicts, JSONL mode) or user text."""
     while True:
         item = read()

@@ -11,8 +11,8 @@ generated, and appends only the template's delta for the new turn.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Iterator
 
 from .. import defaults
 from ..engine.generation import Step
@@ -123,7 +123,7 @@ class Answer:
 class Turn:
     """A prepared turn: the prompt tokens after the context policy, and the loop that answers it."""
 
-    session: "ChatSession"
+    session: ChatSession
     user: dict
     messages: list[dict]  # the conversation the prompt renders, user message last
     prompt: list[int]
@@ -136,7 +136,10 @@ class Turn:
         session = self.session
         self.mode = session.mode
         self.k = session.k
-        settings = replace(session.settings_for(session.mode), seed=None if session.seed is None else session.seed + session.totals.turns)
+        settings = replace(
+            session.settings_for(session.mode),
+            seed=None if session.seed is None else session.seed + session.totals.turns,
+        )
         self.generation = session.pair.generation(self.prompt, settings, mode=session.mode)
         cached = session.pair.session.target_ctx.common_prefix(0, self.prompt)
         self.prefilled = len(self.prompt) - min(cached, len(self.prompt) - 1)
@@ -176,8 +179,17 @@ class Turn:
         if interrupted:
             stats.stop_reason = "interrupted"
         split = join(self._segments)
-        answer = Answer(split.content, stats, self.prefilled, self.mode, self.k, interrupted, error, split.reasoning,
-                        "".join(self._pieces) + tail)
+        answer = Answer(
+            split.content,
+            stats,
+            self.prefilled,
+            self.mode,
+            self.k,
+            interrupted,
+            error,
+            split.reasoning,
+            "".join(self._pieces) + tail,
+        )
         self.session._commit(self, answer, broken)
         return answer
 
@@ -185,8 +197,17 @@ class Turn:
 class ChatSession:
     """A conversation with one loaded pair: what the model sees, what the user said, and settings."""
 
-    def __init__(self, pair: Pair, settings: GenerationSettings, *, mode: str | None = None, system: str | None = None,
-                 seed: int | None = None, recommended_k: int | None = None, variables: dict | None = None):
+    def __init__(
+        self,
+        pair: Pair,
+        settings: GenerationSettings,
+        *,
+        mode: str | None = None,
+        system: str | None = None,
+        seed: int | None = None,
+        recommended_k: int | None = None,
+        variables: dict | None = None,
+    ):
         """variables: what the chat template is given besides the messages (e.g. enable_thinking)."""
         self.pair = pair
         self.variables = dict(variables or {})
@@ -206,7 +227,9 @@ class ChatSession:
     def settings_for(self, mode: str) -> GenerationSettings:
         """The settings a turn in `mode` runs with: the cap on draft tokens depends on the mode
         unless K was set (defaults.draft_max_for)."""
-        return replace(self.settings, draft_max=defaults.draft_max_for(mode, self.settings.draft_max, self.recommended_k))
+        return replace(
+            self.settings, draft_max=defaults.draft_max_for(mode, self.settings.draft_max, self.recommended_k)
+        )
 
     @property
     def k(self) -> int:
@@ -270,9 +293,16 @@ class ChatSession:
 
     def _commit(self, turn: Turn, answer: Answer, broken: bool) -> None:
         """Record the answer in the history, the transcript and the totals."""
-        reply = {"role": "assistant", "content": answer.text, **({"reasoning_content": answer.reasoning} if answer.reasoning else {})}
+        reply = {
+            "role": "assistant",
+            "content": answer.text,
+            **({"reasoning_content": answer.reasoning} if answer.reasoning else {}),
+        }
         self.messages = turn.messages + [reply]
-        self.transcript += [turn.user, {**reply, "stats": answer.record(), **({"interrupted": True} if answer.interrupted else {})}]
+        self.transcript += [
+            turn.user,
+            {**reply, "stats": answer.record(), **({"interrupted": True} if answer.interrupted else {})},
+        ]
         self.totals.add(answer.stats, turn.prefilled, answer.interrupted)
         if broken:
             self._fed = self._fed_text = None

@@ -6,8 +6,8 @@ Bad arguments become a one-line reply; nothing here raises to the user.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from ..errors import SpecrunError
 from .session import ChatSession
@@ -65,7 +65,9 @@ def run_command(session: ChatSession, line: str) -> Reply:
     if handler is None:
         close = difflib.get_close_matches(name, list(COMMANDS) + list(ALIASES), n=1)
         hint = f"did you mean {ALIASES.get(close[0], close[0])}? " if close else ""
-        return Reply(f"unknown command {name} ({hint}/help lists them; //text sends text starting with '/')", error=True)
+        return Reply(
+            f"unknown command {name} ({hint}/help lists them; //text sends text starting with '/')", error=True
+        )
     try:
         return handler(session, arg)
     except SpecrunError as error:
@@ -84,7 +86,8 @@ def _stats(session: ChatSession, arg: str) -> Reply:
         f"decode speed  {fmt(t['decode_tokens_per_s'], '.1f')} tok/s",
         f"first token   {fmt(t['mean_time_to_first_token_s'], '.2f')} s on average",
         f"prompt        {t['prefilled_tokens']} tokens prefilled, {t['reused_prompt_tokens']} reused from the cache",
-        f"drafts        {t['accepted']}/{t['drafted']} accepted" + (f" ({100 * rate:.1f}%)" if rate is not None else ""),
+        f"drafts        {t['accepted']}/{t['drafted']} accepted"
+        + (f" ({100 * rate:.1f}%)" if rate is not None else ""),
         f"tokens/step   {fmt(t['mean_tokens_per_step'], '.2f')} over {t['steps']} target passes",
         f"mode          {session.mode}, K={session.k}, temperature {session.settings.sampling.temperature:g}",
     ]
@@ -102,9 +105,13 @@ def _reset(session: ChatSession, arg: str) -> Reply:
 
 def _system(session: ChatSession, arg: str) -> Reply:
     if not arg:
-        return Reply(f"system prompt: {session.system!r}" if session.system else "no system prompt (/system TEXT sets one)")
+        return Reply(
+            f"system prompt: {session.system!r}" if session.system else "no system prompt (/system TEXT sets one)"
+        )
     session.set_system(None if arg.lower() == "none" else arg)
-    return Reply("system prompt cleared" if session.system is None else "system prompt set; it applies from the next answer")
+    return Reply(
+        "system prompt cleared" if session.system is None else "system prompt set; it applies from the next answer"
+    )
 
 
 def _spec(session: ChatSession, arg: str) -> Reply:
@@ -118,7 +125,9 @@ def _k(session: ChatSession, arg: str) -> Reply:
     try:
         k = int(arg)
     except ValueError:
-        return Reply(f"/k needs a whole number ≥ 0, got {arg!r}" if arg else f"K={session.k} (/k N changes it)", error=bool(arg))
+        return Reply(
+            f"/k needs a whole number ≥ 0, got {arg!r}" if arg else f"K={session.k} (/k N changes it)", error=bool(arg)
+        )
     if k < 0:
         return Reply("/k needs a whole number ≥ 0", error=True)
     session.set_k(k)
@@ -130,7 +139,10 @@ def _temp(session: ChatSession, arg: str) -> Reply:
         value = float(arg)
     except ValueError:
         current = session.settings.sampling.temperature
-        return Reply(f"/temp needs a number ≥ 0, got {arg!r}" if arg else f"temperature {current:g} (/temp X changes it)", error=bool(arg))
+        return Reply(
+            f"/temp needs a number ≥ 0, got {arg!r}" if arg else f"temperature {current:g} (/temp X changes it)",
+            error=bool(arg),
+        )
     if not value >= 0 or value == float("inf"):
         return Reply("/temp needs a number ≥ 0", error=True)
     session.set_temperature(value)

@@ -34,7 +34,9 @@ def save_transcript(path: str | Path, document: dict, *, replace: bool = False) 
     except FileExistsError as error:
         raise InputError(f"{target} already exists", f"/save! {path} overwrites it") from error
     except OSError as error:
-        raise InputError(f"could not write {target}: {error.strerror or error}", "check the folder exists and is writable") from error
+        raise InputError(
+            f"could not write {target}: {error.strerror or error}", "check the folder exists and is writable"
+        ) from error
     return str(target)
 
 
@@ -61,7 +63,11 @@ def to_markdown(document: dict) -> str:
         stats = message.get("stats")
         if stats:
             speed = stats.get("decode_tokens_per_s")
-            figures = [f"{stats['generated_tokens']} tokens", f"{speed:.1f} tok/s" if speed else None, f"mode {stats['mode']}"]
+            figures = [
+                f"{stats['generated_tokens']} tokens",
+                f"{speed:.1f} tok/s" if speed else None,
+                f"mode {stats['mode']}",
+            ]
             if stats.get("drafted"):
                 figures.append(f"accepted {stats['accepted']}/{stats['drafted']} drafted")
             if message.get("interrupted"):

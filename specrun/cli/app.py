@@ -40,7 +40,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """specrun: speculative decoding for llama.cpp models."""
 
@@ -105,7 +107,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as error:  # noqa: BLE001 - last resort: one line, not a traceback
         if _debug():
             raise
-        sys.stderr.write(f"specrun: internal error: {type(error).__name__}: {error} (SPECRUN_DEBUG=1 shows the traceback)\n")
+        sys.stderr.write(
+            f"specrun: internal error: {type(error).__name__}: {error} (SPECRUN_DEBUG=1 shows the traceback)\n"
+        )
         code = EXIT_RUNTIME
     try:
         sys.stdout.flush()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -46,27 +46,165 @@ from .settings import check_runtime, generation_settings, open_pair, resolve
 BENCH = "Benchmark"
 QUICK = {"max_tokens": 32, "runs": 1, "draft_max": 4, "per_category": 1}
 
-SpecList = Annotated[Optional[str], typer.Option("--spec", help="Comma-separated speculation modes to compare (off, draft, …; default off,draft, with --serve off,auto). Plain decoding (off) is always measured: it is the baseline of every speedup.", rich_help_panel=BENCH)]
-DraftMaxList = Annotated[Optional[str], typer.Option("--draft-max", help="Comma-separated K values to sweep, e.g. 1,2,4,8: the most draft tokens per step in every mode (default: the pair's recommended K, else 4, in the fixed modes, --quick 4; auto's own cap, 31, under auto).", rich_help_panel=BENCH)]
-TemperatureList = Annotated[Optional[str], typer.Option("--temperature", "--temp", help="Comma-separated temperatures, e.g. 0,0.8 (default 0). At 0 every speculative output is checked against plain decoding token by token.", rich_help_panel=BENCH)]
-MaxTokens = Annotated[Optional[int], typer.Option("--max-tokens", "-n", min=1, help=f"Tokens to generate per run at most (default {defaults.BENCH_MAX_TOKENS}; --quick {QUICK['max_tokens']}).", rich_help_panel=BENCH)]
-Runs = Annotated[Optional[int], typer.Option("--runs", min=1, help=f"Measured repetitions per prompt and configuration, interleaved A B, B A, A B … (default {defaults.BENCH_RUNS}; --quick {QUICK['runs']}).", rich_help_panel=BENCH)]
-Warmup = Annotated[int, typer.Option("--warmup", min=0, help="Untimed warm-up rounds (one short run per configuration each) before calibration and measurement.", rich_help_panel=BENCH)]
-Category = Annotated[Optional[list[str]], typer.Option("--category", help="Only these categories (repeatable or comma-separated): code-generation, code-editing, structured-output, question-answering, creative-writing, or those of --prompts.", rich_help_panel=BENCH)]
-PromptsFile = Annotated[Optional[Path], typer.Option("--prompts", help='Your own prompts: JSONL, one {"prompt": ..., "category": ..., "id": ..., "system": ...} per line (only "prompt" required).', rich_help_panel=BENCH)]
-Limit = Annotated[Optional[int], typer.Option("--limit", min=1, help="At most this many prompts per category (the first ones).", rich_help_panel=BENCH)]
-Fresh = Annotated[bool, typer.Option("--fresh", help="Start auto afresh in every run, as a new `specrun run` process would (from the cached costs and what earlier processes learned), instead of carrying its estimates from run to run.", rich_help_panel=BENCH)]
-Quick = Annotated[bool, typer.Option("--quick", help="Smoke run: the shortest prompt per category, 32 tokens, 1 run, K = 4 (explicit flags still win).", rich_help_panel=BENCH)]
-Seed = Annotated[int, typer.Option("--seed", "-s", help="Base seed: prompt i uses seed + i in every configuration and run.", rich_help_panel=opt.SAMPLING)]
-JsonFile = Annotated[Optional[str], typer.Option("--json", metavar="FILE|-", help="Write the JSON document to FILE, or to stdout with '-'.", rich_help_panel=opt.OUTPUT)]
-CsvFile = Annotated[Optional[Path], typer.Option("--csv", metavar="FILE", help="Write every row (categories, then prompts) as CSV.", rich_help_panel=opt.OUTPUT)]
-MarkdownFile = Annotated[Optional[Path], typer.Option("--markdown", metavar="FILE", help="Write a Markdown report.", rich_help_panel=opt.OUTPUT)]
-PlotFile = Annotated[Optional[Path], typer.Option("--plot", metavar="FILE.png", help="Plot speedup by K per category and acceptance by draft position (needs matplotlib: pip install 'specrun\\[plot]').", rich_help_panel=opt.OUTPUT)]
-SyntheticList = Annotated[Optional[str], typer.Option("--synthetic-acceptance", metavar="P[,P...]", help="Measure the pipeline, not the model: accept each draft position with probability P (seeded) instead of verifying it, e.g. 0.6,0.8,0.9; every speculative configuration runs once per P. The draft and target passes still run at their real sizes; such rows are marked synthetic, never checked against plain decoding, never learned from.", rich_help_panel=BENCH)]
+SpecList = Annotated[
+    str | None,
+    typer.Option(
+        "--spec",
+        help="Comma-separated speculation modes to compare (off, draft, …; default off,draft, with --serve off,auto). Plain decoding (off) is always measured: it is the baseline of every speedup.",
+        rich_help_panel=BENCH,
+    ),
+]
+DraftMaxList = Annotated[
+    str | None,
+    typer.Option(
+        "--draft-max",
+        help="Comma-separated K values to sweep, e.g. 1,2,4,8: the most draft tokens per step in every mode (default: the pair's recommended K, else 4, in the fixed modes, --quick 4; auto's own cap, 31, under auto).",
+        rich_help_panel=BENCH,
+    ),
+]
+TemperatureList = Annotated[
+    str | None,
+    typer.Option(
+        "--temperature",
+        "--temp",
+        help="Comma-separated temperatures, e.g. 0,0.8 (default 0). At 0 every speculative output is checked against plain decoding token by token.",
+        rich_help_panel=BENCH,
+    ),
+]
+MaxTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        "-n",
+        min=1,
+        help=f"Tokens to generate per run at most (default {defaults.BENCH_MAX_TOKENS}; --quick {QUICK['max_tokens']}).",
+        rich_help_panel=BENCH,
+    ),
+]
+Runs = Annotated[
+    int | None,
+    typer.Option(
+        "--runs",
+        min=1,
+        help=f"Measured repetitions per prompt and configuration, interleaved A B, B A, A B … (default {defaults.BENCH_RUNS}; --quick {QUICK['runs']}).",
+        rich_help_panel=BENCH,
+    ),
+]
+Warmup = Annotated[
+    int,
+    typer.Option(
+        "--warmup",
+        min=0,
+        help="Untimed warm-up rounds (one short run per configuration each) before calibration and measurement.",
+        rich_help_panel=BENCH,
+    ),
+]
+Category = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--category",
+        help="Only these categories (repeatable or comma-separated): code-generation, code-editing, structured-output, question-answering, creative-writing, or those of --prompts.",
+        rich_help_panel=BENCH,
+    ),
+]
+PromptsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--prompts",
+        help='Your own prompts: JSONL, one {"prompt": ..., "category": ..., "id": ..., "system": ...} per line (only "prompt" required).',
+        rich_help_panel=BENCH,
+    ),
+]
+Limit = Annotated[
+    int | None,
+    typer.Option(
+        "--limit", min=1, help="At most this many prompts per category (the first ones).", rich_help_panel=BENCH
+    ),
+]
+Fresh = Annotated[
+    bool,
+    typer.Option(
+        "--fresh",
+        help="Start auto afresh in every run, as a new `specrun run` process would (from the cached costs and what earlier processes learned), instead of carrying its estimates from run to run.",
+        rich_help_panel=BENCH,
+    ),
+]
+Quick = Annotated[
+    bool,
+    typer.Option(
+        "--quick",
+        help="Smoke run: the shortest prompt per category, 32 tokens, 1 run, K = 4 (explicit flags still win).",
+        rich_help_panel=BENCH,
+    ),
+]
+Seed = Annotated[
+    int,
+    typer.Option(
+        "--seed",
+        "-s",
+        help="Base seed: prompt i uses seed + i in every configuration and run.",
+        rich_help_panel=opt.SAMPLING,
+    ),
+]
+JsonFile = Annotated[
+    str | None,
+    typer.Option(
+        "--json",
+        metavar="FILE|-",
+        help="Write the JSON document to FILE, or to stdout with '-'.",
+        rich_help_panel=opt.OUTPUT,
+    ),
+]
+CsvFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--csv", metavar="FILE", help="Write every row (categories, then prompts) as CSV.", rich_help_panel=opt.OUTPUT
+    ),
+]
+MarkdownFile = Annotated[
+    Path | None, typer.Option("--markdown", metavar="FILE", help="Write a Markdown report.", rich_help_panel=opt.OUTPUT)
+]
+PlotFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--plot",
+        metavar="FILE.png",
+        help="Plot speedup by K per category and acceptance by draft position (needs matplotlib: pip install 'specrun\\[plot]').",
+        rich_help_panel=opt.OUTPUT,
+    ),
+]
+SyntheticList = Annotated[
+    str | None,
+    typer.Option(
+        "--synthetic-acceptance",
+        metavar="P[,P...]",
+        help="Measure the pipeline, not the model: accept each draft position with probability P (seeded) instead of verifying it, e.g. 0.6,0.8,0.9; every speculative configuration runs once per P. The draft and target passes still run at their real sizes; such rows are marked synthetic, never checked against plain decoding, never learned from.",
+        rich_help_panel=BENCH,
+    ),
+]
 SERVE = "Server benchmark"
-Serve = Annotated[bool, typer.Option("--serve", help="Benchmark `specrun serve`: a burst of requests (every prompt with a long and a short answer) from concurrent HTTP clients, per mode, schedule and --concurrency.", rich_help_panel=SERVE)]
-ConcurrencyList = Annotated[str, typer.Option("--concurrency", help="With --serve: comma-separated numbers of sequences decoded together (the server's --parallel), e.g. 1,2,4.", rich_help_panel=SERVE)]
-ScheduleList = Annotated[str, typer.Option("--schedule", help="With --serve: comma-separated schedules to compare: fcfs, srpt.", rich_help_panel=SERVE)]
+Serve = Annotated[
+    bool,
+    typer.Option(
+        "--serve",
+        help="Benchmark `specrun serve`: a burst of requests (every prompt with a long and a short answer) from concurrent HTTP clients, per mode, schedule and --concurrency.",
+        rich_help_panel=SERVE,
+    ),
+]
+ConcurrencyList = Annotated[
+    str,
+    typer.Option(
+        "--concurrency",
+        help="With --serve: comma-separated numbers of sequences decoded together (the server's --parallel), e.g. 1,2,4.",
+        rich_help_panel=SERVE,
+    ),
+]
+ScheduleList = Annotated[
+    str,
+    typer.Option(
+        "--schedule", help="With --serve: comma-separated schedules to compare: fcfs, srpt.", rich_help_panel=SERVE
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -109,46 +247,87 @@ def bench(
     modes = parse_list(spec or ("off,auto" if serve else "off,draft"), str, "--spec")
     ks = parse_list(draft_max, int, "--draft-max") if draft_max is not None else None
     temperatures = parse_list(temperature or "0", float, "--temperature")
-    synthetic = parse_list(synthetic_acceptance, float, "--synthetic-acceptance") if synthetic_acceptance is not None else None
+    synthetic = (
+        parse_list(synthetic_acceptance, float, "--synthetic-acceptance") if synthetic_acceptance is not None else None
+    )
     configurations(modes, ks, temperatures, synthetic=synthetic)  # bad values fail before any model is touched
     if synthetic is not None and serve:
-        raise InputError("--synthetic-acceptance measures single requests only", "drop --serve, or drop --synthetic-acceptance")
+        raise InputError(
+            "--synthetic-acceptance measures single requests only", "drop --serve, or drop --synthetic-acceptance"
+        )
     check_runtime(runtime)
     settings = BenchSettings(
         runs=runs or (QUICK["runs"] if quick else defaults.BENCH_RUNS),
         warmup=warmup,
         base=generation_settings(
-            max_tokens=max_tokens or (QUICK["max_tokens"] if quick else defaults.BENCH_MAX_TOKENS), temperature=0.0,
-            filters=filters, tuning=tuning, draft_max=None, seed=seed, ignore_eos=ignore_eos,
+            max_tokens=max_tokens or (QUICK["max_tokens"] if quick else defaults.BENCH_MAX_TOKENS),
+            temperature=0.0,
+            filters=filters,
+            tuning=tuning,
+            draft_max=None,
+            seed=seed,
+            ignore_eos=ignore_eos,
         ),
     )
     chosen = bench_prompts.select(
         bench_prompts.load_file(prompts) if prompts else bench_prompts.builtin(),
-        category, limit or (QUICK["per_category"] if quick else None), shortest=quick and limit is None,
+        category,
+        limit or (QUICK["per_category"] if quick else None),
+        shortest=quick and limit is None,
     )
     check_outputs(json_file, csv_file, markdown_file, plot_file)
     if serve:
         from . import bench_serve  # the server's modules load only here
 
-        return bench_serve.command(models, modes, ks, temperatures, settings, chosen, runtime, concurrency, schedule, runs,
-                                   json_file, csv_file, markdown_file, plot_file, quiet, thinking_variables(think))
+        return bench_serve.command(
+            models,
+            modes,
+            ks,
+            temperatures,
+            settings,
+            chosen,
+            runtime,
+            concurrency,
+            schedule,
+            runs,
+            json_file,
+            csv_file,
+            markdown_file,
+            plot_file,
+            quiet,
+            thinking_variables(think),
+        )
     load_start = load_average()
     out = Output(quiet=quiet, json_mode=json_file == "-")
     resolved = resolve(models)
     if spec is None and resolved.draft is not None and is_assistant(resolved.draft):
         modes = ["off", "mtp"]  # a Gemma 4 assistant drafts under mtp only
-    configs = configurations(modes, ks, temperatures, QUICK["draft_max"] if quick else resolved.recommended_k, synthetic)
+    configs = configurations(
+        modes, ks, temperatures, QUICK["draft_max"] if quick else resolved.recommended_k, synthetic
+    )
     loaded = open_pair(resolved, runtime, out.warn)
     out.note(f"specrun: {loaded.placement.describe()}")
     try:
         engine = PairEngine(loaded, chat=chat, fresh=fresh, variables=thinking_variables(think))
         env = environment(loaded, load_average_start=load_start)
         with progress_display(out.err, unit="steps", quiet=out.quiet) as progress:
-            result = run_bench(engine, chosen, configs, settings, lambda phase, *rest: progress(f"bench: {phase}", *rest))
-        record = {**settings.to_dict(), "spec": modes, "draft_max": ks, "temperatures": temperatures, "chat": chat, "think": think,
-                  "categories": list(dict.fromkeys(p.category for p in chosen)), "limit": limit, "quick": quick, "fresh": fresh,
-                  "synthetic_acceptance": synthetic,
-                  "prompts_file": str(prompts) if prompts else None}
+            result = run_bench(
+                engine, chosen, configs, settings, lambda phase, *rest: progress(f"bench: {phase}", *rest)
+            )
+        record = {
+            **settings.to_dict(),
+            "spec": modes,
+            "draft_max": ks,
+            "temperatures": temperatures,
+            "chat": chat,
+            "think": think,
+            "categories": list(dict.fromkeys(p.category for p in chosen)),
+            "limit": limit,
+            "quick": quick,
+            "fresh": fresh,
+            "synthetic_acceptance": synthetic,
+            "prompts_file": str(prompts) if prompts else None,
+        }
         doc = document(result, env, record, pieces=engine.piece)
     finally:
         loaded.close()
@@ -159,10 +338,20 @@ def bench(
         out.warn(f"warning: {warning}")
 
 
-def check_outputs(json_file: str | None, csv_file: Path | None, markdown_file: Path | None, plot_file: Path | None) -> None:
+def check_outputs(
+    json_file: str | None, csv_file: Path | None, markdown_file: Path | None, plot_file: Path | None
+) -> None:
     """Fail before the benchmark, not after it: missing folders, directories as files, no matplotlib."""
-    paths = [(flag, Path(p)) for flag, p in (("--json", json_file if json_file != "-" else None), ("--csv", csv_file),
-                                             ("--markdown", markdown_file), ("--plot", plot_file)) if p is not None]
+    paths = [
+        (flag, Path(p))
+        for flag, p in (
+            ("--json", json_file if json_file != "-" else None),
+            ("--csv", csv_file),
+            ("--markdown", markdown_file),
+            ("--plot", plot_file),
+        )
+        if p is not None
+    ]
     for flag, path in paths:
         if path.is_dir():
             raise InputError(f"{flag} {path} is a directory", f"give {flag} a file name")
@@ -173,7 +362,14 @@ def check_outputs(json_file: str | None, csv_file: Path | None, markdown_file: P
         require_matplotlib()
 
 
-def write_outputs(doc: dict, out: Output, json_file: str | None, csv_file: Path | None, markdown_file: Path | None, plot_file: Path | None) -> None:
+def write_outputs(
+    doc: dict,
+    out: Output,
+    json_file: str | None,
+    csv_file: Path | None,
+    markdown_file: Path | None,
+    plot_file: Path | None,
+) -> None:
     """Every requested output; the JSON document on stdout for '--json -'."""
     if json_file == "-":
         out.document(doc)
@@ -213,4 +409,3 @@ def render_summary(doc: dict, out: Output) -> None:
     for line in summary_lines(doc):
         out.err.write(line + "\n")
     out.err.flush()
-

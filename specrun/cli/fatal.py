@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from ..engine import fatal as engine_fatal
 from ..engine.rpc import describe_abort

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import InputError
 
@@ -18,5 +18,7 @@ def parse_list(text: str, convert: Callable, flag: str) -> list:
             out.append(convert(item))
         except ValueError:
             kind = "a whole number" if convert is int else "a number" if convert is float else "valid"
-            raise InputError(f"{flag}: {item!r} is not {kind}", f"pass a comma-separated list to {flag}, e.g. 1,2,4") from None
+            raise InputError(
+                f"{flag}: {item!r} is not {kind}", f"pass a comma-separated list to {flag}, e.g. 1,2,4"
+            ) from None
     return out

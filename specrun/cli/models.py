@@ -10,7 +10,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -31,7 +31,8 @@ from ..models.registry import Model, Registry, load_registry
 from ..terminal import human_size, progress_display
 
 RegistryOpt = Annotated[
-    Optional[Path], typer.Option("--registry", metavar="FILE", help="Extra models.toml merged over the shipped and user registries.")
+    Path | None,
+    typer.Option("--registry", metavar="FILE", help="Extra models.toml merged over the shipped and user registries."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of a table.")]
 
@@ -88,9 +89,14 @@ def pairs(
     ordered = sorted(reg.pairs.values(), key=lambda p: not p.default)
     records = [
         {
-            "name": p.name, "default": p.default, "verified": p.verified, "draft_max": p.draft_max, "note": p.note,
+            "name": p.name,
+            "default": p.default,
+            "verified": p.verified,
+            "draft_max": p.draft_max,
+            "note": p.note,
             "available": models[p.target]["offline"] and models[p.draft]["offline"],
-            "target": models[p.target], "draft": models[p.draft],
+            "target": models[p.target],
+            "draft": models[p.draft],
         }
         for p in ordered
     ]
@@ -100,10 +106,16 @@ def pairs(
     rows = []
     for r in records:
         t, d = r["target"], r["draft"]
-        rows.append([
-            r["name"] + (" *" if r["default"] else ""), t["name"], d["name"], f"{human_size(t['size'])} + {human_size(d['size'])}",
-            _pair_local(t, d, r["name"]), "yes" if r["verified"] else "no",
-        ])
+        rows.append(
+            [
+                r["name"] + (" *" if r["default"] else ""),
+                t["name"],
+                d["name"],
+                f"{human_size(t['size'])} + {human_size(d['size'])}",
+                _pair_local(t, d, r["name"]),
+                "yes" if r["verified"] else "no",
+            ]
+        )
         if long and r["note"]:
             rows.append(["", f"  {r['note']}", "", "", "", ""])
     print(_table(rows, ["PAIR (* default)", "TARGET", "DRAFT", "SIZE", "LOCAL", "VERIFIED"]))
@@ -124,7 +136,10 @@ def _pair_local(t: dict, d: dict, pair_name: str) -> str:
 
 
 def pull(
-    name: Annotated[Optional[str], typer.Argument(help="A pair or model name, or hf:OWNER/REPO/FILE.gguf[@REVISION]. Default: the default pair.")] = None,
+    name: Annotated[
+        str | None,
+        typer.Argument(help="A pair or model name, or hf:OWNER/REPO/FILE.gguf[@REVISION]. Default: the default pair."),
+    ] = None,
     registry: RegistryOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -143,7 +158,9 @@ def pull(
                 if not model.verified:
                     say_unverified(model)
                 path = fetch_model(model, hook)
-                results.append(_pulled(model.name, path, model_paths(model, path), "present" if before.path else "fetched", hook))
+                results.append(
+                    _pulled(model.name, path, model_paths(model, path), "present" if before.path else "fetched", hook)
+                )
     if json_output:
         _print_json({"pulled": results})
         return
@@ -195,8 +212,16 @@ def _specs(target: str | None, draft: str | None, reg: Registry) -> tuple[str, s
 
 
 def check(
-    target: Annotated[Optional[str], typer.Argument(help="Target: a .gguf path, a registry name or hf:OWNER/REPO/FILE.gguf. Default: the default pair's.")] = None,
-    draft: Annotated[Optional[str], typer.Argument(help="Draft, in the same forms. Default: the draft of a registry pair with this target.")] = None,
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            help="Target: a .gguf path, a registry name or hf:OWNER/REPO/FILE.gguf. Default: the default pair's."
+        ),
+    ] = None,
+    draft: Annotated[
+        str | None,
+        typer.Argument(help="Draft, in the same forms. Default: the draft of a registry pair with this target."),
+    ] = None,
     registry: RegistryOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -210,8 +235,10 @@ def check(
     with progress_display() as hook:
         target_path = resolve_spec(target_spec, reg, hook)
         if is_assistant(target_path):
-            raise InputError(f"{target_path.name} is a Gemma 4 MTP assistant: it drafts for a Gemma 4 target, and is no target itself",
-                             f"run `specrun check GEMMA4_TARGET {target_path.name}`")
+            raise InputError(
+                f"{target_path.name} is a Gemma 4 MTP assistant: it drafts for a Gemma 4 target, and is no target itself",
+                f"run `specrun check GEMMA4_TARGET {target_path.name}`",
+            )
         facts = target_facts(target_path)
         if draft_spec is None:
             if facts["mtp_heads"]:  # it drafts for itself, or says why its heads cannot
@@ -222,7 +249,9 @@ def check(
                 if facts["mtp_drafting"] is None:
                     raise typer.Exit(code=3)
                 return
-            raise InputError(f"no draft given for '{target_spec}'", "pass a DRAFT too, or run `specrun drafts TARGET` to find one")
+            raise InputError(
+                f"no draft given for '{target_spec}'", "pass a DRAFT too, or run `specrun drafts TARGET` to find one"
+            )
         draft_path = resolve_spec(draft_spec, reg, hook)
     if assists(target_path, draft_path):  # it drafts over the target's cache, or cannot: one line naming why
         facts["assistant"] = True
@@ -242,8 +271,11 @@ def target_facts(path: Path) -> dict:
     from ..models.modelfile import mtp_chain, mtp_layers, rollback_kind
 
     kind = rollback_kind(path)
-    return {"mtp_heads": mtp_layers(path), "mtp_drafting": mtp_chain(path),
-            "rollback": {"kind": kind, "limit": defaults.RECURRENT_K_MAX if kind == "snapshots" else None}}
+    return {
+        "mtp_heads": mtp_layers(path),
+        "mtp_drafting": mtp_chain(path),
+        "rollback": {"kind": kind, "limit": defaults.RECURRENT_K_MAX if kind == "snapshots" else None},
+    }
 
 
 def render_facts(facts: dict) -> str:
@@ -294,14 +326,18 @@ def render_report(report, facts: dict | None = None) -> str:
     if facts is not None:
         lines += [render_facts(facts), ""]
     if report.compatible and facts is not None and facts.get("assistant"):
-        lines.append("compatible: the draft is a Gemma 4 MTP assistant, which drafts over the target's own cache (--spec mtp, or auto)")
+        lines.append(
+            "compatible: the draft is a Gemma 4 MTP assistant, which drafts over the target's own cache (--spec mtp, or auto)"
+        )
     elif report.compatible:
         lines.append("compatible: the draft can speculate for the target")
     else:
         lines.append(f"incompatible tokens: {report.first_failure}")
         if report.text_drafting:
-            lines.append("drafts through text: both tokenizers give text back as it was, so the draft's text is "
-                         "re-tokenized for the target (--spec text, or draft, hybrid, auto)")
+            lines.append(
+                "drafts through text: both tokenizers give text back as it was, so the draft's text is "
+                "re-tokenized for the target (--spec text, or draft, hybrid, auto)"
+            )
         else:
             which = "target's" if not report.round_trips[0] else "draft's"
             lines.append(f"cannot draft through text either: the {which} tokenizer does not give text back as it was")
@@ -328,8 +364,14 @@ class DraftCandidate:
 
     def to_dict(self) -> dict:
         return {
-            "path": str(self.path), "name": self.name, "found_in": self.found_in, "size": self.size,
-            "ratio": round(self.ratio, 4), "compatible": self.compatible, "drafting": self.drafting, "first_failure": self.reason,
+            "path": str(self.path),
+            "name": self.name,
+            "found_in": self.found_in,
+            "size": self.size,
+            "ratio": round(self.ratio, 4),
+            "compatible": self.compatible,
+            "drafting": self.drafting,
+            "first_failure": self.reason,
         }
 
 
@@ -363,16 +405,37 @@ def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCa
                 ok, reason, drafting = False, exc.message, None
         except ModelFileError as exc:
             ok, reason, readable, drafting = False, exc.message, False, None
-        vetted.append(DraftCandidate(found.path, found.found_in, found.name, found.size, found.size / target_size, ok, reason, readable,
-                                     drafting))
+        vetted.append(
+            DraftCandidate(
+                found.path,
+                found.found_in,
+                found.name,
+                found.size,
+                found.size / target_size,
+                ok,
+                reason,
+                readable,
+                drafting,
+            )
+        )
     rank = {ASSISTANT: 0, "token": 0, "text": 1, None: 2}
     return sorted(vetted, key=lambda c: (rank[c.drafting], c.size, str(c.path)))
 
 
 def drafts(
-    target: Annotated[Optional[str], typer.Argument(help="Target: a .gguf path, a registry name or hf:OWNER/REPO/FILE.gguf. Default: the default pair's.")] = None,
-    search: Annotated[Optional[list[Path]], typer.Option("--search", metavar="DIR", help="Also look for .gguf files under this directory (repeatable).")] = None,
-    show_all: Annotated[bool, typer.Option("--all", "-a", help="Also list files that cannot draft for TARGET, with the rule they fail.")] = False,
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            help="Target: a .gguf path, a registry name or hf:OWNER/REPO/FILE.gguf. Default: the default pair's."
+        ),
+    ] = None,
+    search: Annotated[
+        list[Path] | None,
+        typer.Option("--search", metavar="DIR", help="Also look for .gguf files under this directory (repeatable)."),
+    ] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", "-a", help="Also list files that cannot draft for TARGET, with the rule they fail.")
+    ] = False,
     registry: RegistryOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -391,15 +454,23 @@ def drafts(
     from ..models.modelfile import mtp_chain, mtp_layers
 
     heads = mtp_layers(target_path) if mtp_chain(target_path) is not None else 0
-    builtin = {"path": str(target_path), "name": BUILT_IN_MTP, "mtp_heads": heads, "drafting": "mtp",
-               "spec": "--spec mtp"} if heads else None
+    builtin = (
+        {"path": str(target_path), "name": BUILT_IN_MTP, "mtp_heads": heads, "drafting": "mtp", "spec": "--spec mtp"}
+        if heads
+        else None
+    )
     if not show_all:  # with --all the table says it; otherwise one line each, so a broken file is not missed
         for c in found:
             if not c.readable:
                 sys.stderr.write(f"specrun drafts: skipped an unreadable file: {c.reason}\n")
     if json_output:
-        _print_json({"target": str(target_path), "target_size": target_path.stat().st_size,
-                     "drafts": ([builtin] if builtin else []) + [c.to_dict() for c in shown]})
+        _print_json(
+            {
+                "target": str(target_path),
+                "target_size": target_path.stat().st_size,
+                "drafts": ([builtin] if builtin else []) + [c.to_dict() for c in shown],
+            }
+        )
         return
     if builtin:  # drafts without a second model: listed first
         print(f"{BUILT_IN_MTP}: {heads} in {target_path.name} (--spec mtp, no --draft needed)")
@@ -413,7 +484,13 @@ def drafts(
     header = ["DRAFT", "SIZE", "RATIO", "DRAFTS", "FOUND IN"] + (["COMPATIBLE"] if show_all else [])
     rows = []
     for c in shown:
-        row = [c.name or str(c.path), human_size(c.size), f"{c.ratio:.1%}", {"token": "tokens", "text": "text", ASSISTANT: "assistant (--spec mtp)"}.get(c.drafting, "-"), c.found_in]
+        row = [
+            c.name or str(c.path),
+            human_size(c.size),
+            f"{c.ratio:.1%}",
+            {"token": "tokens", "text": "text", ASSISTANT: "assistant (--spec mtp)"}.get(c.drafting, "-"),
+            c.found_in,
+        ]
         if show_all:
             row.append("yes" if c.compatible else f"no: {c.reason}")
         rows.append(row)

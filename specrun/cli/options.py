@@ -12,8 +12,9 @@ import dataclasses
 import functools
 import inspect
 import typing
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated
 
 import typer
 
@@ -26,43 +27,91 @@ RUNTIME = "Runtime"
 OUTPUT = "Output"
 
 Target = Annotated[
-    Optional[str],
-    typer.Option("--target", "-m", help="Target model: a .gguf path, a registry name, or hf:OWNER/REPO/FILE.gguf. Default: the default pair's target.", rich_help_panel=MODELS),
+    str | None,
+    typer.Option(
+        "--target",
+        "-m",
+        help="Target model: a .gguf path, a registry name, or hf:OWNER/REPO/FILE.gguf. Default: the default pair's target.",
+        rich_help_panel=MODELS,
+    ),
 ]
 Draft = Annotated[
-    Optional[str],
-    typer.Option("--draft", "-md", help="Draft model (same forms as --target), a Gemma 4 MTP assistant for a Gemma 4 target, or 'none' for plain decoding. Default: the pair's draft.", rich_help_panel=MODELS),
+    str | None,
+    typer.Option(
+        "--draft",
+        "-md",
+        help="Draft model (same forms as --target), a Gemma 4 MTP assistant for a Gemma 4 target, or 'none' for plain decoding. Default: the pair's draft.",
+        rich_help_panel=MODELS,
+    ),
 ]
 PairName = Annotated[
-    Optional[str], typer.Option("--pair", help="A pair from the registry (see `specrun pairs`).", rich_help_panel=MODELS)
+    str | None, typer.Option("--pair", help="A pair from the registry (see `specrun pairs`).", rich_help_panel=MODELS)
 ]
 Registry = Annotated[
-    Optional[Path], typer.Option("--registry", help="Extra models.toml merged over the shipped and user registries.", rich_help_panel=MODELS)
+    Path | None,
+    typer.Option(
+        "--registry", help="Extra models.toml merged over the shipped and user registries.", rich_help_panel=MODELS
+    ),
 ]
 MaxTokens = Annotated[
     int, typer.Option("--max-tokens", "-n", min=0, help="Tokens to generate at most.", rich_help_panel=SAMPLING)
 ]
 Temperature = Annotated[
-    float, typer.Option("--temperature", "--temp", min=0.0, help="Sampling temperature; 0 is greedy.", rich_help_panel=SAMPLING)
+    float,
+    typer.Option(
+        "--temperature", "--temp", min=0.0, help="Sampling temperature; 0 is greedy.", rich_help_panel=SAMPLING
+    ),
 ]
-TopK = Annotated[int, typer.Option("--top-k", min=0, help="Keep the k most likely tokens (0: all).", rich_help_panel=SAMPLING)]
-TopP = Annotated[float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1: off).", rich_help_panel=SAMPLING)]
-MinP = Annotated[float, typer.Option("--min-p", min=0.0, max=1.0, help="Drop tokens below this fraction of the top probability (0: off).", rich_help_panel=SAMPLING)]
+TopK = Annotated[
+    int, typer.Option("--top-k", min=0, help="Keep the k most likely tokens (0: all).", rich_help_panel=SAMPLING)
+]
+TopP = Annotated[
+    float, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling mass (1: off).", rich_help_panel=SAMPLING)
+]
+MinP = Annotated[
+    float,
+    typer.Option(
+        "--min-p",
+        min=0.0,
+        max=1.0,
+        help="Drop tokens below this fraction of the top probability (0: off).",
+        rich_help_panel=SAMPLING,
+    ),
+]
 Seed = Annotated[
-    Optional[int], typer.Option("--seed", "-s", help="Random seed for reproducible sampling (default: random, reported in --json).", rich_help_panel=SAMPLING)
+    int | None,
+    typer.Option(
+        "--seed",
+        "-s",
+        help="Random seed for reproducible sampling (default: random, reported in --json).",
+        rich_help_panel=SAMPLING,
+    ),
 ]
 Stop = Annotated[
-    Optional[list[str]], typer.Option("--stop", help="Stop when this text appears (repeatable); the stop text is not printed.", rich_help_panel=SAMPLING)
+    list[str] | None,
+    typer.Option(
+        "--stop",
+        help="Stop when this text appears (repeatable); the stop text is not printed.",
+        rich_help_panel=SAMPLING,
+    ),
 ]
 IgnoreEos = Annotated[
-    bool, typer.Option("--ignore-eos", help="Keep generating past end-of-generation tokens (for benchmarks).", rich_help_panel=SAMPLING)
+    bool,
+    typer.Option(
+        "--ignore-eos", help="Keep generating past end-of-generation tokens (for benchmarks).", rich_help_panel=SAMPLING
+    ),
 ]
 DraftMax = Annotated[
-    Optional[int],
-    typer.Option("--draft-max", min=0, help=f"K: the most draft tokens verified per target pass, in every mode (default: the pair's recommendation, else {defaults.DRAFT_MAX}; under auto, which picks K each step, {defaults.AUTO_K_MAX}).", rich_help_panel=SPECULATION),
+    int | None,
+    typer.Option(
+        "--draft-max",
+        min=0,
+        help=f"K: the most draft tokens verified per target pass, in every mode (default: the pair's recommendation, else {defaults.DRAFT_MAX}; under auto, which picks K each step, {defaults.AUTO_K_MAX}).",
+        rich_help_panel=SPECULATION,
+    ),
 ]
 Spec = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--spec",
         help="Speculation: off (plain decoding), draft (the draft model), ngram (prompt lookup), hybrid (lookup when it has a confident match, else the draft model), text (a draft model of another vocabulary, through text), mtp (the target's own multi-token-prediction heads), auto (picks plain, lookup or draft and K each step from measured speed). Default: auto; off with --draft none.",
@@ -70,61 +119,155 @@ Spec = Annotated[
     ),
 ]
 DraftMin = Annotated[
-    int, typer.Option("--draft-min", min=0, help="Draft at least this many tokens before --draft-p-min may stop the draft model.", rich_help_panel=SPECULATION)
+    int,
+    typer.Option(
+        "--draft-min",
+        min=0,
+        help="Draft at least this many tokens before --draft-p-min may stop the draft model.",
+        rich_help_panel=SPECULATION,
+    ),
 ]
 DraftPMin = Annotated[
     float,
-    typer.Option("--draft-p-min", min=0.0, max=1.0, help="The draft model stops drafting when its top probability falls below this.", rich_help_panel=SPECULATION),
+    typer.Option(
+        "--draft-p-min",
+        min=0.0,
+        max=1.0,
+        help="The draft model stops drafting when its top probability falls below this.",
+        rich_help_panel=SPECULATION,
+    ),
 ]
 NgramMin = Annotated[
     int,
-    typer.Option("--ngram-min", min=1, help="Prompt lookup: the fewest trailing tokens a match must share with earlier text.", rich_help_panel=SPECULATION),
+    typer.Option(
+        "--ngram-min",
+        min=1,
+        help="Prompt lookup: the fewest trailing tokens a match must share with earlier text.",
+        rich_help_panel=SPECULATION,
+    ),
 ]
 NgramMax = Annotated[
     int,
-    typer.Option("--ngram-max", min=1, help="Prompt lookup: the most trailing tokens matched; longer matches earn longer drafts.", rich_help_panel=SPECULATION),
+    typer.Option(
+        "--ngram-max",
+        min=1,
+        help="Prompt lookup: the most trailing tokens matched; longer matches earn longer drafts.",
+        rich_help_panel=SPECULATION,
+    ),
 ]
-CtxSize = Annotated[int, typer.Option("--ctx-size", "-c", min=16, help="Context size in tokens (prompt + answer).", rich_help_panel=RUNTIME)]
-Threads = Annotated[int, typer.Option("--threads", "-t", min=0, help="CPU threads (0: all cores).", rich_help_panel=RUNTIME)]
+CtxSize = Annotated[
+    int,
+    typer.Option("--ctx-size", "-c", min=16, help="Context size in tokens (prompt + answer).", rich_help_panel=RUNTIME),
+]
+Threads = Annotated[
+    int, typer.Option("--threads", "-t", min=0, help="CPU threads (0: all cores).", rich_help_panel=RUNTIME)
+]
 GpuLayers = Annotated[
     str,
-    typer.Option("--gpu-layers", "-ngl", metavar="N|auto|all", help="Target layers on the offload devices (GPUs, RPC workers): a number, all, or auto: as many as fit in their free memory beside the draft and both KV caches, the rest on the CPU.", rich_help_panel=RUNTIME),
+    typer.Option(
+        "--gpu-layers",
+        "-ngl",
+        metavar="N|auto|all",
+        help="Target layers on the offload devices (GPUs, RPC workers): a number, all, or auto: as many as fit in their free memory beside the draft and both KV caches, the rest on the CPU.",
+        rich_help_panel=RUNTIME,
+    ),
 ]
 DraftGpuLayers = Annotated[
     str,
-    typer.Option("--draft-gpu-layers", "-ngld", metavar="N|auto|all", help="Draft layers on the offload devices: a number, all, or auto: the whole draft on one local GPU it fits on, else the CPU.", rich_help_panel=RUNTIME),
+    typer.Option(
+        "--draft-gpu-layers",
+        "-ngld",
+        metavar="N|auto|all",
+        help="Draft layers on the offload devices: a number, all, or auto: the whole draft on one local GPU it fits on, else the CPU.",
+        rich_help_panel=RUNTIME,
+    ),
 ]
 Device = Annotated[
-    Optional[str],
-    typer.Option("--device", "-dev", metavar="NAME[,NAME…]", help="Devices the target may use, by llama.cpp's names (CUDA0, Vulkan1, RPC0 or RPC[host:port]; `specrun doctor` lists them); cpu: none. Default: every RPC worker and GPU.", rich_help_panel=RUNTIME),
+    str | None,
+    typer.Option(
+        "--device",
+        "-dev",
+        metavar="NAME[,NAME…]",
+        help="Devices the target may use, by llama.cpp's names (CUDA0, Vulkan1, RPC0 or RPC[host:port]; `specrun doctor` lists them); cpu: none. Default: every RPC worker and GPU.",
+        rich_help_panel=RUNTIME,
+    ),
 ]
 DraftDevice = Annotated[
-    Optional[str],
-    typer.Option("--draft-device", "-devd", "--device-draft", metavar="NAME[,NAME…]", help="Devices the draft may use (cpu: the CPU). Default: a local GPU it fits on whole, else the CPU; never an RPC worker unless named here.", rich_help_panel=RUNTIME),
+    str | None,
+    typer.Option(
+        "--draft-device",
+        "-devd",
+        "--device-draft",
+        metavar="NAME[,NAME…]",
+        help="Devices the draft may use (cpu: the CPU). Default: a local GPU it fits on whole, else the CPU; never an RPC worker unless named here.",
+        rich_help_panel=RUNTIME,
+    ),
 ]
 TensorSplit = Annotated[
-    Optional[str],
-    typer.Option("--tensor-split", "-ts", metavar="N0,N1,…", help="The target's share of each device, as proportions (e.g. 3,1), in the order of its devices: RPC workers, then GPUs, then the CPU when only RPC workers offload. Default: by free memory.", rich_help_panel=RUNTIME),
+    str | None,
+    typer.Option(
+        "--tensor-split",
+        "-ts",
+        metavar="N0,N1,…",
+        help="The target's share of each device, as proportions (e.g. 3,1), in the order of its devices: RPC workers, then GPUs, then the CPU when only RPC workers offload. Default: by free memory.",
+        rich_help_panel=RUNTIME,
+    ),
 ]
 Rpc = Annotated[
-    Optional[str],
-    typer.Option("--rpc", metavar="HOST:PORT[,…]", help="RPC workers (`specrun worker`) whose devices take a share of the target's layers. llama.cpp's RPC has no authentication or encryption: use it only between trusted machines.", rich_help_panel=RUNTIME),
+    str | None,
+    typer.Option(
+        "--rpc",
+        metavar="HOST:PORT[,…]",
+        help="RPC workers (`specrun worker`) whose devices take a share of the target's layers. llama.cpp's RPC has no authentication or encryption: use it only between trusted machines.",
+        rich_help_panel=RUNTIME,
+    ),
 ]
-Mlock = Annotated[bool, typer.Option("--mlock", help="Lock both models' weights in RAM, so they are never swapped out.", rich_help_panel=RUNTIME)]
-NoMmap = Annotated[bool, typer.Option("--no-mmap", help="Read the weights into memory instead of mapping the model files.", rich_help_panel=RUNTIME)]
+Mlock = Annotated[
+    bool,
+    typer.Option(
+        "--mlock", help="Lock both models' weights in RAM, so they are never swapped out.", rich_help_panel=RUNTIME
+    ),
+]
+NoMmap = Annotated[
+    bool,
+    typer.Option(
+        "--no-mmap", help="Read the weights into memory instead of mapping the model files.", rich_help_panel=RUNTIME
+    ),
+]
 Chat = Annotated[
-    bool, typer.Option("--chat/--raw", help="Format the prompt with the target's chat template (default) or feed it as is.", rich_help_panel=SAMPLING)
+    bool,
+    typer.Option(
+        "--chat/--raw",
+        help="Format the prompt with the target's chat template (default) or feed it as is.",
+        rich_help_panel=SAMPLING,
+    ),
 ]
-System = Annotated[Optional[str], typer.Option("--system", help="System prompt (chat mode).", rich_help_panel=SAMPLING)]
+System = Annotated[str | None, typer.Option("--system", help="System prompt (chat mode).", rich_help_panel=SAMPLING)]
 Think = Annotated[
-    Optional[bool],
-    typer.Option("--think/--no-think", help="Thinking models: switch reasoning on or off (the chat template's enable_thinking). Default: the template's own default.", rich_help_panel=SAMPLING),
+    bool | None,
+    typer.Option(
+        "--think/--no-think",
+        help="Thinking models: switch reasoning on or off (the chat template's enable_thinking). Default: the template's own default.",
+        rich_help_panel=SAMPLING,
+    ),
 ]
 HideThinking = Annotated[
-    bool, typer.Option("--hide-thinking", help="Do not show a thinking model's reasoning (by default it goes to stderr, dimmed on a terminal).", rich_help_panel=OUTPUT)
+    bool,
+    typer.Option(
+        "--hide-thinking",
+        help="Do not show a thinking model's reasoning (by default it goes to stderr, dimmed on a terminal).",
+        rich_help_panel=OUTPUT,
+    ),
 ]
-Json = Annotated[bool, typer.Option("--json", help="Print one JSON document (text and statistics) instead of streaming.", rich_help_panel=OUTPUT)]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No status line or summary on stderr.", rich_help_panel=OUTPUT)]
+Json = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print one JSON document (text and statistics) instead of streaming.", rich_help_panel=OUTPUT
+    ),
+]
+Quiet = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No status line or summary on stderr.", rich_help_panel=OUTPUT)
+]
 
 
 # ---- groups -------------------------------------------------------------------------------------
@@ -212,7 +355,11 @@ def _spread(name: str, group: type, default: object) -> tuple[list[inspect.Param
             params += inner
             builders.append((field.name, build))
         else:
-            params.append(inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=value, annotation=hints[field.name]))
+            params.append(
+                inspect.Parameter(
+                    field.name, inspect.Parameter.KEYWORD_ONLY, default=value, annotation=hints[field.name]
+                )
+            )
             builders.append((field.name, lambda values, key=field.name: values.pop(key)))
     return params, lambda values: group(**{key: build(values) for key, build in builders})
 

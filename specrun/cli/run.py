@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -26,7 +26,9 @@ from .settings import check_runtime, generation_settings, open_pair, pick_seed, 
 
 @flag_groups
 def run(
-    prompt: Annotated[Optional[str], typer.Argument(help="The prompt; '-' or a pipe reads stdin (both given: stdin first).")] = None,
+    prompt: Annotated[
+        str | None, typer.Argument(help="The prompt; '-' or a pipe reads stdin (both given: stdin first).")
+    ] = None,
     models: opt.ModelFlags = opt.ModelFlags(),
     max_tokens: opt.MaxTokens = defaults.MAX_TOKENS,
     sampling: opt.SamplingFlags = opt.SamplingFlags(),
@@ -47,9 +49,14 @@ def run(
     seed = pick_seed(sampling.seed)
     mode = spec_mode(speculation.spec, models.draft)
     settings = generation_settings(
-        max_tokens=max_tokens, temperature=sampling.temperature, filters=sampling.filters, tuning=speculation.tuning,
-        draft_max=defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k), seed=seed,
-        stop=sampling.stop, ignore_eos=sampling.ignore_eos,
+        max_tokens=max_tokens,
+        temperature=sampling.temperature,
+        filters=sampling.filters,
+        tuning=speculation.tuning,
+        draft_max=defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k),
+        seed=seed,
+        stop=sampling.stop,
+        ignore_eos=sampling.ignore_eos,
     )
     loaded = open_pair(resolved, runtime, out.warn)
     if out.live:
@@ -101,8 +108,15 @@ class AnswerParts:
         return whole.reasoning, whole.content
 
 
-def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out: Output, seed: int, mode: str,
-             splitter: ReasoningSplitter | None = None) -> None:
+def generate(
+    loaded: Pair,
+    tokens: list[int],
+    settings: GenerationSettings,
+    out: Output,
+    seed: int,
+    mode: str,
+    splitter: ReasoningSplitter | None = None,
+) -> None:
     """Stream one generation through `out`; on Ctrl-C flush what was generated, then re-raise. The
     first Ctrl-C takes effect after the step under way (specrun.chat.interrupts), a second one at once."""
     generation = loaded.generation(tokens, settings, mode=mode)
@@ -139,8 +153,16 @@ def generate(loaded: Pair, tokens: list[int], settings: GenerationSettings, out:
     _finish(loaded, generation.stats, settings, out, parts, mode, generation.label(), seed)
 
 
-def _finish(loaded: Pair, stats: Stats, settings: GenerationSettings, out: Output, parts: AnswerParts, mode: str, label: str,
-            seed: int) -> None:
+def _finish(
+    loaded: Pair,
+    stats: Stats,
+    settings: GenerationSettings,
+    out: Output,
+    parts: AnswerParts,
+    mode: str,
+    label: str,
+    seed: int,
+) -> None:
     out.end_text()
     if stats.stop_reason == "context":
         out.warn(f"stopped: the context of {loaded.n_ctx} tokens is full (raise --ctx-size)")
@@ -149,11 +171,20 @@ def _finish(loaded: Pair, stats: Stats, settings: GenerationSettings, out: Outpu
         out.document(result_document(loaded, stats, settings, text, seed, mode, reasoning))
     else:
         timing = [f"draft {stats.draft_time:.2f} s / verify {stats.verify_time:.2f} s"] if stats.drafted else []
-        out.summary(" · ".join([*summary_parts(stats), *timing, mode_label(stats, mode, label), loaded.placement.brief()]))
+        out.summary(
+            " · ".join([*summary_parts(stats), *timing, mode_label(stats, mode, label), loaded.placement.brief()])
+        )
 
 
-def result_document(loaded: Pair, stats: Stats, settings: GenerationSettings, text: str, seed: int, mode: str,
-                    reasoning: str | None = None) -> dict:
+def result_document(
+    loaded: Pair,
+    stats: Stats,
+    settings: GenerationSettings,
+    text: str,
+    seed: int,
+    mode: str,
+    reasoning: str | None = None,
+) -> dict:
     """The --json document: text (a thinking model's answer without its reasoning), the reasoning,
     statistics, models and settings (schema in the README)."""
     config = loaded.config

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -22,15 +22,83 @@ from .settings import generation_settings, pair_config, resolve, spec_mode
 SERVER = "Server"
 MAX_PARALLEL = 128  # llama.cpp holds at most 256 sequences: the busy ones and as many kept caches
 
-Host = Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback needs --api-key to be safe.", rich_help_panel=SERVER)]
-Port = Annotated[int, typer.Option("--port", min=0, max=65535, help="Port to listen on (0: any free port, said on stderr).", rich_help_panel=SERVER)]
-Parallel = Annotated[int, typer.Option("--parallel", "-np", min=1, max=MAX_PARALLEL, help="Requests decoded together in one batch.", rich_help_panel=SERVER)]
-Queue = Annotated[int, typer.Option("--queue", min=0, help="Requests that may wait for a free sequence; beyond them the server answers 503 with Retry-After.", rich_help_panel=SERVER)]
-ApiKey = Annotated[Optional[str], typer.Option("--api-key", envvar="SPECRUN_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1 and /metrics (also read from SPECRUN_API_KEY).", rich_help_panel=SERVER)]
-Schedule = Annotated[str, typer.Option("--schedule", help="Order of admission from the queue: srpt (shortest predicted remaining time first, with aging) or fcfs.", rich_help_panel=SERVER)]
-MaxBody = Annotated[int, typer.Option("--max-body", min=1024, metavar="BYTES", help="Largest request body taken; a larger one is answered 413 before it is read.", rich_help_panel=SERVER)]
-MaxConnections = Annotated[Optional[int], typer.Option("--max-connections", min=1, help="Connections served at once; beyond them the server answers 503 (default: --parallel + --queue + 16).", rich_help_panel=SERVER)]
-CorsOrigin = Annotated[Optional[list[str]], typer.Option("--cors-origin", metavar="ORIGIN", help="Let web pages of ORIGIN (scheme://host[:port]) call the server from a browser; repeatable. Default: no origin may.", rich_help_panel=SERVER)]
+Host = Annotated[
+    str,
+    typer.Option(
+        "--host", help="Address to listen on; anything but loopback needs --api-key to be safe.", rich_help_panel=SERVER
+    ),
+]
+Port = Annotated[
+    int,
+    typer.Option(
+        "--port", min=0, max=65535, help="Port to listen on (0: any free port, said on stderr).", rich_help_panel=SERVER
+    ),
+]
+Parallel = Annotated[
+    int,
+    typer.Option(
+        "--parallel",
+        "-np",
+        min=1,
+        max=MAX_PARALLEL,
+        help="Requests decoded together in one batch.",
+        rich_help_panel=SERVER,
+    ),
+]
+Queue = Annotated[
+    int,
+    typer.Option(
+        "--queue",
+        min=0,
+        help="Requests that may wait for a free sequence; beyond them the server answers 503 with Retry-After.",
+        rich_help_panel=SERVER,
+    ),
+]
+ApiKey = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        envvar="SPECRUN_API_KEY",
+        help="Require 'Authorization: Bearer KEY' on /v1 and /metrics (also read from SPECRUN_API_KEY).",
+        rich_help_panel=SERVER,
+    ),
+]
+Schedule = Annotated[
+    str,
+    typer.Option(
+        "--schedule",
+        help="Order of admission from the queue: srpt (shortest predicted remaining time first, with aging) or fcfs.",
+        rich_help_panel=SERVER,
+    ),
+]
+MaxBody = Annotated[
+    int,
+    typer.Option(
+        "--max-body",
+        min=1024,
+        metavar="BYTES",
+        help="Largest request body taken; a larger one is answered 413 before it is read.",
+        rich_help_panel=SERVER,
+    ),
+]
+MaxConnections = Annotated[
+    int | None,
+    typer.Option(
+        "--max-connections",
+        min=1,
+        help="Connections served at once; beyond them the server answers 503 (default: --parallel + --queue + 16).",
+        rich_help_panel=SERVER,
+    ),
+]
+CorsOrigin = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--cors-origin",
+        metavar="ORIGIN",
+        help="Let web pages of ORIGIN (scheme://host[:port]) call the server from a browser; repeatable. Default: no origin may.",
+        rich_help_panel=SERVER,
+    ),
+]
 ORIGIN = re.compile(r"^https?://[^/\s?#]+$")
 
 
@@ -59,7 +127,8 @@ def serve(
     quiet: opt.Quiet = False,
 ) -> None:
     """Serve the models over OpenAI's API (/v1/chat/completions, /v1/completions), with /health and /metrics."""
-    from ..serve.server import bind, is_loopback, serve as serve_forever, url_of  # fastapi and uvicorn load only here
+    from ..serve.server import bind, is_loopback, url_of  # fastapi and uvicorn load only here
+    from ..serve.server import serve as serve_forever
     from ..serve.service import ServeOptions, Service
 
     out = Output(quiet=quiet)
@@ -69,29 +138,60 @@ def serve(
     origins = tuple(o.rstrip("/") for o in cors_origin or ())
     for origin in origins:
         if not ORIGIN.match(origin):
-            raise InputError(f"--cors-origin {origin!r} is not an origin", "give scheme://host[:port], e.g. http://localhost:3000")
+            raise InputError(
+                f"--cors-origin {origin!r} is not an origin", "give scheme://host[:port], e.g. http://localhost:3000"
+            )
     mode = spec_mode(speculation.spec, models.draft)
     require_mode(mode)
     sock = bind(host, port)
     try:
         if not is_loopback(host) and not api_key:
-            out.warn(f"specrun serve: warning: listening on {host} without --api-key: anyone who can reach it may use it")
+            out.warn(
+                f"specrun serve: warning: listening on {host} without --api-key: anyone who can reach it may use it"
+            )
         resolved = resolve(models)
         if mode in ("draft", "hybrid", defaults.TEXT) and resolved.draft is None:
-            raise InputError(f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec auto, ngram or off")
+            raise InputError(
+                f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec auto, ngram or off"
+            )
         k_max = defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k)  # --draft-max 0: no drafts
-        base = generation_settings(max_tokens=defaults.MAX_TOKENS, temperature=defaults.TEMPERATURE, filters=filters,
-                                   tuning=speculation.tuning, draft_max=k_max, seed=None)
+        base = generation_settings(
+            max_tokens=defaults.MAX_TOKENS,
+            temperature=defaults.TEMPERATURE,
+            filters=filters,
+            tuning=speculation.tuning,
+            draft_max=k_max,
+            seed=None,
+        )
         loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
         try:
-            options = ServeOptions(parallel=parallel, queue=queue, schedule=schedule, api_key=api_key, max_body=max_body,
-                                   max_connections=max_connections, cors_origins=origins, mode=mode, draft_max=k_max, base=base)
+            options = ServeOptions(
+                parallel=parallel,
+                queue=queue,
+                schedule=schedule,
+                api_key=api_key,
+                max_body=max_body,
+                max_connections=max_connections,
+                cors_origins=origins,
+                mode=mode,
+                draft_max=k_max,
+                base=base,
+            )
             service = Service(loaded, options, warn=out.warn)
             try:
-                enabled = ("the MTP head" if mode == defaults.MTP else "draft model and prompt lookup" if service.draft_model_enabled
-                           else "prompt lookup" if mode != "off" else "none")
-                out.warn(f"specrun serve: listening on {url_of(sock)} · model {service.model_name} · --spec {mode} "
-                         f"(drafting: {enabled}) · --parallel {parallel} · --schedule {schedule}")
+                enabled = (
+                    "the MTP head"
+                    if mode == defaults.MTP
+                    else "draft model and prompt lookup"
+                    if service.draft_model_enabled
+                    else "prompt lookup"
+                    if mode != "off"
+                    else "none"
+                )
+                out.warn(
+                    f"specrun serve: listening on {url_of(sock)} · model {service.model_name} · --spec {mode} "
+                    f"(drafting: {enabled}) · --parallel {parallel} · --schedule {schedule}"
+                )
                 received = serve_forever(service, sock, defaults.SERVE_DRAIN_S)
                 out.summary(f"specrun serve: stopped after {service.worker.served} answered requests")
             finally:

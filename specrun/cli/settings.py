@@ -4,12 +4,12 @@ the generation settings, the pair's configuration."""
 from __future__ import annotations
 
 import random
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .. import defaults
-from ..engine.sequence import GenerationSettings
 from ..engine.rpc import parse_endpoints
 from ..engine.sampling import SamplingParams
+from ..engine.sequence import GenerationSettings
 from ..errors import InputError
 from ..models.fetch import Resolved, is_none, resolve_models
 from ..models.registry import load_registry
@@ -40,8 +40,15 @@ def pick_seed(seed: int | None) -> int:
 
 
 def generation_settings(
-    *, max_tokens: int, temperature: float, filters: FilterFlags, tuning: TuningFlags, draft_max: int | None,
-    seed: int | None, stop: Sequence[str] | None = None, ignore_eos: bool = False,
+    *,
+    max_tokens: int,
+    temperature: float,
+    filters: FilterFlags,
+    tuning: TuningFlags,
+    draft_max: int | None,
+    seed: int | None,
+    stop: Sequence[str] | None = None,
+    ignore_eos: bool = False,
 ) -> GenerationSettings:
     """GenerationSettings from flags; `draft_max` is the cap for the mode (defaults.draft_max_for)."""
     check_ngram_range(tuning.ngram_min, tuning.ngram_max)
@@ -61,7 +68,9 @@ def generation_settings(
 
 def check_ngram_range(ngram_min: int, ngram_max: int) -> None:
     if ngram_min > ngram_max:
-        raise InputError(f"--ngram-min {ngram_min} is above --ngram-max {ngram_max}", "give --ngram-min at most --ngram-max")
+        raise InputError(
+            f"--ngram-min {ngram_min} is above --ngram-max {ngram_max}", "give --ngram-min at most --ngram-max"
+        )
 
 
 def open_pair(models: Resolved, runtime: RuntimeFlags, warn: Callable[[str], None]) -> Pair:
@@ -72,10 +81,18 @@ def open_pair(models: Resolved, runtime: RuntimeFlags, warn: Callable[[str], Non
 
 def pair_config(models: Resolved, runtime: RuntimeFlags) -> PairConfig:
     return PairConfig(
-        models.target, models.draft, ctx_size=runtime.ctx_size, threads=runtime.threads,
-        gpu_layers=layers(runtime.gpu_layers, "--gpu-layers"), draft_gpu_layers=layers(runtime.draft_gpu_layers, "--draft-gpu-layers"),
-        devices=names(runtime.device, "--device"), draft_devices=names(runtime.draft_device, "--draft-device"),
-        tensor_split=tensor_split(runtime.tensor_split), rpc=endpoints(runtime.rpc), mmap=not runtime.no_mmap, mlock=runtime.mlock,
+        models.target,
+        models.draft,
+        ctx_size=runtime.ctx_size,
+        threads=runtime.threads,
+        gpu_layers=layers(runtime.gpu_layers, "--gpu-layers"),
+        draft_gpu_layers=layers(runtime.draft_gpu_layers, "--draft-gpu-layers"),
+        devices=names(runtime.device, "--device"),
+        draft_devices=names(runtime.draft_device, "--draft-device"),
+        tensor_split=tensor_split(runtime.tensor_split),
+        rpc=endpoints(runtime.rpc),
+        mmap=not runtime.no_mmap,
+        mlock=runtime.mlock,
     )
 
 
@@ -106,7 +123,10 @@ def names(value: str | None, flag: str) -> tuple[str, ...] | None:
         return None
     items = tuple(item.strip() for item in value.split(","))
     if not all(items):
-        raise InputError(f"{flag} needs device names, got {value!r}", f"e.g. {flag} CUDA0, or {flag} cpu (`specrun doctor` lists the devices)")
+        raise InputError(
+            f"{flag} needs device names, got {value!r}",
+            f"e.g. {flag} CUDA0, or {flag} cpu (`specrun doctor` lists the devices)",
+        )
     return items
 
 
@@ -118,7 +138,9 @@ def tensor_split(value: str | None) -> tuple[float, ...] | None:
     except ValueError:
         raise InputError(f"--tensor-split: {value!r} is not a list of numbers", "e.g. --tensor-split 3,1") from None
     if any(s < 0 for s in split) or sum(split) <= 0:
-        raise InputError(f"--tensor-split: {value!r} needs proportions of 0 or more, not all 0", "e.g. --tensor-split 3,1")
+        raise InputError(
+            f"--tensor-split: {value!r} needs proportions of 0 or more, not all 0", "e.g. --tensor-split 3,1"
+        )
     return split
 
 

@@ -21,7 +21,7 @@ import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -35,15 +35,48 @@ from . import fatal
 
 WORKER = "Worker"
 
-Host = Annotated[str, typer.Option("--host", help="The address to listen on (an IPv4 address; 0.0.0.0: every interface). Anything but loopback exposes the worker to the network.", rich_help_panel=WORKER)]
-Port = Annotated[int, typer.Option("--port", min=1, max=65535, help="The TCP port to listen on.", rich_help_panel=WORKER)]
-Threads = Annotated[int, typer.Option("--threads", "-t", min=0, help="CPU threads for the CPU device (0: all cores).", rich_help_panel=WORKER)]
-DeviceNames = Annotated[Optional[str], typer.Option("--device", "-dev", metavar="NAME[,NAME…]", help="Devices to serve, by llama.cpp's names (CPU, CUDA0, …). Default: every GPU, else the CPU.", rich_help_panel=WORKER)]
-Cache = Annotated[Optional[Path], typer.Option("--cache", metavar="DIR", help="llama.cpp's tensor cache: large tensors received are kept here, so a restarted worker is not sent the weights again.", rich_help_panel=WORKER)]
+Host = Annotated[
+    str,
+    typer.Option(
+        "--host",
+        help="The address to listen on (an IPv4 address; 0.0.0.0: every interface). Anything but loopback exposes the worker to the network.",
+        rich_help_panel=WORKER,
+    ),
+]
+Port = Annotated[
+    int, typer.Option("--port", min=1, max=65535, help="The TCP port to listen on.", rich_help_panel=WORKER)
+]
+Threads = Annotated[
+    int,
+    typer.Option(
+        "--threads", "-t", min=0, help="CPU threads for the CPU device (0: all cores).", rich_help_panel=WORKER
+    ),
+]
+DeviceNames = Annotated[
+    str | None,
+    typer.Option(
+        "--device",
+        "-dev",
+        metavar="NAME[,NAME…]",
+        help="Devices to serve, by llama.cpp's names (CPU, CUDA0, …). Default: every GPU, else the CPU.",
+        rich_help_panel=WORKER,
+    ),
+]
+Cache = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache",
+        metavar="DIR",
+        help="llama.cpp's tensor cache: large tensors received are kept here, so a restarted worker is not sent the weights again.",
+        rich_help_panel=WORKER,
+    ),
+]
 
-INSECURE = ("specrun worker: WARNING: listening on {host}, beyond this machine. llama.cpp's RPC has no authentication and no "
-            "encryption: anyone who can reach this port can run code on these devices and read what they compute. Make it "
-            "reachable only from trusted machines (a private network, a firewall rule, an SSH tunnel).")
+INSECURE = (
+    "specrun worker: WARNING: listening on {host}, beyond this machine. llama.cpp's RPC has no authentication and no "
+    "encryption: anyone who can reach this port can run code on these devices and read what they compute. Make it "
+    "reachable only from trusted machines (a private network, a firewall rule, an SSH tunnel)."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -77,8 +110,11 @@ def worker(
         say(INSECURE.format(host=host))
     for d in served:
         say(f"specrun worker: serving {d.name} ({d.description}, {human_size(d.free)} free of {human_size(d.total)})")
-    say(f"specrun worker: listening at {endpoint} with {threads} threads"
-        + (f", tensor cache {cache}" if cache else "") + f"; use it with --rpc {'THIS_HOST' if address.is_unspecified else host}:{port}")
+    say(
+        f"specrun worker: listening at {endpoint} with {threads} threads"
+        + (f", tensor cache {cache}" if cache else "")
+        + f"; use it with --rpc {'THIS_HOST' if address.is_unspecified else host}:{port}"
+    )
     fatal.install()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # llama.cpp's server prints on stdout
     failed: list[BaseException] = []
@@ -113,8 +149,10 @@ def stopped_by(error: BaseException) -> tuple[str, int]:
         return f"specrun worker: error: {error.one_line()}", error.exit_code
     if os.environ.get("SPECRUN_DEBUG"):
         traceback.print_exception(error)
-    return (f"specrun worker: internal error: {type(error).__name__}: {error} (SPECRUN_DEBUG=1 shows the traceback)",
-            EXIT_RUNTIME)
+    return (
+        f"specrun worker: internal error: {type(error).__name__}: {error} (SPECRUN_DEBUG=1 shows the traceback)",
+        EXIT_RUNTIME,
+    )
 
 
 def _terminated(signum: int, frame) -> None:  # noqa: ARG001 - signal handler signature
@@ -128,7 +166,9 @@ def listen_address(host: str) -> ipaddress.IPv4Address:
     try:
         return ipaddress.IPv4Address(host)
     except ValueError:
-        raise InputError(f"--host {host!r} is not an IPv4 address", "e.g. --host 127.0.0.1 (this machine only) or --host 0.0.0.0") from None
+        raise InputError(
+            f"--host {host!r} is not an IPv4 address", "e.g. --host 127.0.0.1 (this machine only) or --host 0.0.0.0"
+        ) from None
 
 
 def served_devices(names: str | None) -> list[Device]:
@@ -140,7 +180,9 @@ def served_devices(names: str | None) -> list[Device]:
     for name in (n.strip() for n in names.split(",")):
         found = [d for d in local if d.name.lower() == name.lower()]
         if not found:
-            raise InputError(f"--device: unknown device '{name}'", f"available here: {', '.join(d.name for d in local)}")
+            raise InputError(
+                f"--device: unknown device '{name}'", f"available here: {', '.join(d.name for d in local)}"
+            )
         out += [d for d in found if d not in out]
     return out
 
@@ -152,6 +194,9 @@ def check_port_free(host: str, port: int) -> None:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind((host, port))
     except OSError as error:
-        raise RpcError(f"cannot listen at {host}:{port}: {error.strerror}", "another worker may be running there; choose another --port") from None
+        raise RpcError(
+            f"cannot listen at {host}:{port}: {error.strerror}",
+            "another worker may be running there; choose another --port",
+        ) from None
     finally:
         probe.close()

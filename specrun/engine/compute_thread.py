@@ -16,8 +16,9 @@ from __future__ import annotations
 import ctypes
 import queue
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -48,7 +49,9 @@ class Job:
     def interrupt(self) -> None:
         """Raise KeyboardInterrupt in the running call, at its next Python instruction (after a C call returns)."""
         if self.thread_id is not None and not self.future.done():
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread_id), ctypes.py_object(KeyboardInterrupt))
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self.thread_id), ctypes.py_object(KeyboardInterrupt)
+            )
 
 
 class ComputeThread:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from .lib import init_backend
 
@@ -53,8 +53,16 @@ class Device:
         return f"{self.name}[{self.endpoint}]" if self.remote else self.name
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "name": self.name, "description": self.description, "type": self.kind,
-                "backend": self.backend, "endpoint": self.endpoint, "free_bytes": self.free, "total_bytes": self.total}
+        return {
+            "index": self.index,
+            "name": self.name,
+            "description": self.description,
+            "type": self.kind,
+            "backend": self.backend,
+            "endpoint": self.endpoint,
+            "free_bytes": self.free,
+            "total_bytes": self.total,
+        }
 
 
 @functools.lru_cache(maxsize=1)
@@ -118,7 +126,11 @@ def devices(endpoints: Iterable[str] = ()) -> list[Device]:
     for i in range(lib.ggml_backend_dev_count()):
         handle = lib.ggml_backend_dev_get(i)
         reg = lib.ggml_backend_dev_backend_reg(handle)
-        if reg and _text(lib.ggml_backend_reg_name(reg)) == RPC_BACKEND and _text(lib.ggml_backend_dev_description(handle)) not in wanted:
+        if (
+            reg
+            and _text(lib.ggml_backend_reg_name(reg)) == RPC_BACKEND
+            and _text(lib.ggml_backend_dev_description(handle)) not in wanted
+        ):
             continue
         out.append(device_info(handle, i))
     return out

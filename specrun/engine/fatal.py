@@ -10,7 +10,7 @@ happened; the handler must end the process (os._exit), because abort() follows w
 from __future__ import annotations
 
 import ctypes
-from typing import Callable
+from collections.abc import Callable
 
 _CALLBACK_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 _INSTALLED: list = []  # keeps the ctypes callback alive: ggml holds a pointer to it

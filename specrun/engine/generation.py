@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
 
 from ..errors import ContextOverflowError, InputError
 from .drafting.prompt_lookup import PromptLookup
@@ -38,9 +38,18 @@ class Generation:
     `lookup`: a prompt lookup that outlives this generation (auto keeps what it learned);
     `on_step` sees every step's update; `on_finish` is called once the generation ends."""
 
-    def __init__(self, engine: Engine, prompt: Sequence[int], settings: GenerationSettings, policy: Policy = Policy(), *,
-                 rng=None, lookup: PromptLookup | None = None, on_step: Callable[[Update], None] | None = None,
-                 on_finish: Callable[["Generation"], None] | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        prompt: Sequence[int],
+        settings: GenerationSettings,
+        policy: Policy = Policy(),
+        *,
+        rng=None,
+        lookup: PromptLookup | None = None,
+        on_step: Callable[[Update], None] | None = None,
+        on_finish: Callable[[Generation], None] | None = None,
+    ):
         self.engine = engine
         self.policy = policy
         self.prompt = list(prompt)
@@ -70,8 +79,10 @@ class Generation:
         if not self.prompt:
             raise InputError("the prompt is empty", "give at least one token of prompt text")
         if len(self.prompt) >= n_ctx:
-            raise ContextOverflowError(f"the prompt is {len(self.prompt)} tokens but the context holds {n_ctx}",
-                                       "raise --ctx-size or shorten the prompt")
+            raise ContextOverflowError(
+                f"the prompt is {len(self.prompt)} tokens but the context holds {n_ctx}",
+                "raise --ctx-size or shorten the prompt",
+            )
 
     def run(self) -> Iterator[Step]:
         """Yield one Step per target pass; the last one carries `finished`."""
@@ -103,8 +114,15 @@ class Generation:
                     decode_before = engine.decode_seconds()
                 elif self.on_step is not None:
                     self.on_step(update)
-                yield Step(update.tokens, update.text, update.drafted, update.accepted, update.drafter, update.choice.k,
-                           finished=state.finished if update.done else None)
+                yield Step(
+                    update.tokens,
+                    update.text,
+                    update.drafted,
+                    update.accepted,
+                    update.drafter,
+                    update.choice.k,
+                    finished=state.finished if update.done else None,
+                )
         finally:
             if self.state is not None and not self.state.done:
                 engine.release(self.state)

@@ -15,8 +15,8 @@ itself: the same tokens decoded one at a time and in one pass, whichever tokens 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -148,7 +148,9 @@ def output_noise(ctx: Context, prompt: Sequence[int], output: Sequence[int], seq
     return logit_noise(ctx, [*prompt, *output[:-1]], seq, tail=len(output))
 
 
-def judge_rows(rows: np.ndarray, output: Sequence[int], tolerance: float, noise_along: Callable[[], float]) -> IdentityCheck:
+def judge_rows(
+    rows: np.ndarray, output: Sequence[int], tolerance: float, noise_along: Callable[[], float]
+) -> IdentityCheck:
     """check_rows, and where that finds a violation, again at the tolerance of `noise_along()`
     (the noise measured along this output, when it exceeds the first)."""
     result = check_rows(rows, output, tolerance)
@@ -159,7 +161,9 @@ def judge_rows(rows: np.ndarray, output: Sequence[int], tolerance: float, noise_
     return result
 
 
-def check_output(ctx: Context, prompt: Sequence[int], output: Sequence[int], tolerance: float, seq: int = 0) -> IdentityCheck:
+def check_output(
+    ctx: Context, prompt: Sequence[int], output: Sequence[int], tolerance: float, seq: int = 0
+) -> IdentityCheck:
     """One greedy output against the target's own logits (see module docstring)."""
     rows = output_rows(ctx, prompt, output, seq)
     return judge_rows(rows, output, tolerance, lambda: output_noise(ctx, prompt, output, seq))

@@ -10,9 +10,9 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -178,7 +178,9 @@ class Model(FreedOnCollection):
             self._devices = (ctypes.c_void_p * (len(options.devices) + 1))(*options.devices, None)
             params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         if options.tensor_split:
-            self._split = (ctypes.c_float * max(lib.llama_max_devices(), len(options.tensor_split)))(*options.tensor_split)
+            self._split = (ctypes.c_float * max(lib.llama_max_devices(), len(options.tensor_split)))(
+                *options.tensor_split
+            )
             params.tensor_split = ctypes.cast(self._split, ctypes.POINTER(ctypes.c_float))
         self._params = params
         self.ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
@@ -262,8 +264,10 @@ class Model(FreedOnCollection):
         a GGUF without a chat template. Its C strings cannot hold a NUL, so content with one is refused."""
         lib = _llama()
         if any("\0" in m["role"] or "\0" in m["content"] for m in messages):
-            raise InputError(f"{self.path.name} has no chat template, and llama.cpp's built-in ChatML cannot carry a NUL character",
-                             "remove it, or use --raw")
+            raise InputError(
+                f"{self.path.name} has no chat template, and llama.cpp's built-in ChatML cannot carry a NUL character",
+                "remove it, or use --raw",
+            )
         encoded = [(m["role"].encode(), m["content"].encode()) for m in messages]
         array = (lib.llama_chat_message * len(encoded))()
         for slot, (role, content) in zip(array, encoded):
@@ -273,7 +277,9 @@ class Model(FreedOnCollection):
             buf = ctypes.create_string_buffer(size)
             n = lib.llama_chat_apply_template(None, array, len(encoded), add_assistant, buf, size)
             if n < 0:
-                raise SpecrunError("llama.cpp's built-in ChatML template failed", "use --raw and format the prompt yourself")
+                raise SpecrunError(
+                    "llama.cpp's built-in ChatML template failed", "use --raw and format the prompt yourself"
+                )
             if n <= size:
                 return buf.raw[:n].decode("utf-8", "replace")
             size = n + 1
@@ -331,9 +337,20 @@ class Context(FreedOnCollection):
     multi-token-prediction head), handed to `on_hidden(seq, position, rows)` after every pass.
     """
 
-    def __init__(self, model: Model, *, n_ctx: int, n_threads: int, n_batch: int = 512, n_seq: int = 1,
-                 n_seq_pool: int | None = None, rollback: int = 0, hidden: bool = False, head: bool = False,
-                 other: "Context | None" = None):
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_ctx: int,
+        n_threads: int,
+        n_batch: int = 512,
+        n_seq: int = 1,
+        n_seq_pool: int | None = None,
+        rollback: int = 0,
+        hidden: bool = False,
+        head: bool = False,
+        other: Context | None = None,
+    ):
         lib = _llama()
         self.model = model
         self._lib = lib  # kept: the lookup costs a cold call on every pass
@@ -341,15 +358,19 @@ class Context(FreedOnCollection):
         params = lib.llama_context_default_params()
         params.n_ctx = n_ctx * (n_seq_pool or n_seq)
         params.n_batch = n_batch
-        params.n_ubatch = max(n_batch, rollback + 2) if model.recurrent and rollback else n_batch  # llama.cpp needs the room
+        params.n_ubatch = (
+            max(n_batch, rollback + 2) if model.recurrent and rollback else n_batch
+        )  # llama.cpp needs the room
         # A sliding-window cache hands a cell its window has left to the next token it stores, held
         # by one sequence or not, so cutting that sequence back would find the cell gone: each
         # sequence's cells are also held by a pin sequence (n_seq + seq), which no batch ever names.
         self.pins = n_seq if model.n_swa > 0 else 0
         self._pinned = [0] * n_seq  # positions below this are held by the sequence's pin
         if 2 * n_seq > LLAMA_MAX_SEQ and self.pins:
-            raise SpecrunError(f"a sliding-window model holds at most {LLAMA_MAX_SEQ // 2} sequences, not {n_seq}",
-                               f"lower --parallel to {LLAMA_MAX_SEQ // 4} or less")
+            raise SpecrunError(
+                f"a sliding-window model holds at most {LLAMA_MAX_SEQ // 2} sequences, not {n_seq}",
+                f"lower --parallel to {LLAMA_MAX_SEQ // 4} or less",
+            )
         params.n_seq_max = n_seq + self.pins
         params.kv_unified = True
         params.n_threads = n_threads
@@ -367,8 +388,10 @@ class Context(FreedOnCollection):
         self.ptr = lib.llama_init_from_model(model.ptr, params)
         if not self.ptr:
             what = f"{params.n_ctx} tokens" + (f" for {n_seq} sequences" if n_seq > 1 else "")
-            raise SpecrunError(f"llama.cpp could not create a context of {what}",
-                               "lower --ctx-size" + (" or --parallel" if n_seq > 1 else ""))
+            raise SpecrunError(
+                f"llama.cpp could not create a context of {what}",
+                "lower --ctx-size" + (" or --parallel" if n_seq > 1 else ""),
+            )
         self.n_cells = lib.llama_n_ctx(self.ptr)
         self.n_ctx = min(n_ctx, self.n_cells)
         self.n_seq = n_seq
@@ -406,7 +429,8 @@ class Context(FreedOnCollection):
         self._wants = np.zeros(n, dtype=np.int8)
         base = self._seq.ctypes.data
         self._seq_ptrs = (ctypes.POINTER(ctypes.c_int32) * n)(
-            *(ctypes.cast(base + 4 * i, ctypes.POINTER(ctypes.c_int32)) for i in range(n)))
+            *(ctypes.cast(base + 4 * i, ctypes.POINTER(ctypes.c_int32)) for i in range(n))
+        )
         batch = lib.llama_batch()
         batch.token = self._token.ctypes.data_as(ctypes.POINTER(lib.llama_token))
         batch.embd = None
@@ -420,9 +444,11 @@ class Context(FreedOnCollection):
         self._logits: np.ndarray | None = None
         by_row = [ctypes.c_void_p, ctypes.c_int32]  # a shortlisted row's candidate ids, their logits, their count
         self._row_types = (ctypes.c_int32 * 1, ctypes.c_float * 1)  # ctypes row types of the last shortlist width read
-        self._sampled_at = (address_function("llama_get_sampled_candidates_ith", by_row),
-                            address_function("llama_get_sampled_logits_ith", by_row),
-                            address_function("llama_get_sampled_candidates_count_ith", by_row, ctypes.c_uint32))
+        self._sampled_at = (
+            address_function("llama_get_sampled_candidates_ith", by_row),
+            address_function("llama_get_sampled_logits_ith", by_row),
+            address_function("llama_get_sampled_candidates_count_ith", by_row, ctypes.c_uint32),
+        )
 
     # -- state -------------------------------------------------------------------------------
 
@@ -513,8 +539,10 @@ class Context(FreedOnCollection):
             else:
                 for pieces in self._chunks(segments):
                     self._pass(segments, bases, pieces, out, True)
-        return [None if seg.logits == "none" else (rows[0] if seg.logits == "last" else _joined(rows))
-                for seg, rows in zip(segments, out)]
+        return [
+            None if seg.logits == "none" else (rows[0] if seg.logits == "last" else _joined(rows))
+            for seg, rows in zip(segments, out)
+        ]
 
     def feed(self, seq: int, tokens: Sequence[int], logits: str = "last") -> np.ndarray | None:
         """Append `tokens` to one sequence (any length; long inputs take several passes)."""
@@ -533,12 +561,15 @@ class Context(FreedOnCollection):
             seen.add(seg.seq)
             size = len(self.tokens[seg.seq]) + len(seg.tokens)
             if size > self.n_ctx:
-                raise ContextOverflowError(f"{size} tokens do not fit in the context of {self.n_ctx}",
-                                           "raise --ctx-size or shorten the prompt")
+                raise ContextOverflowError(
+                    f"{size} tokens do not fit in the context of {self.n_ctx}", "raise --ctx-size or shorten the prompt"
+                )
             added += len(seg.tokens)
         if added > self.free():
-            raise CacheFullError(f"{added} tokens do not fit in the {self.free()} free cells of the shared cache",
-                                 "lower --parallel or raise --ctx-size")
+            raise CacheFullError(
+                f"{added} tokens do not fit in the {self.free()} free cells of the shared cache",
+                "lower --parallel or raise --ctx-size",
+            )
         return added
 
     def _chunks(self, segments: Sequence[Segment]):
@@ -557,7 +588,9 @@ class Context(FreedOnCollection):
         if pieces:
             yield pieces
 
-    def _pass(self, segments: Sequence[Segment], bases: Sequence[int], pieces, out: list[list[np.ndarray]], copy: bool) -> None:
+    def _pass(
+        self, segments: Sequence[Segment], bases: Sequence[int], pieces, out: list[list[np.ndarray]], copy: bool
+    ) -> None:
         """One llama_decode over `pieces`; the logits rows each piece asked for go to `out`."""
         row, wanted = 0, []
         for index, start, end in pieces:
@@ -568,17 +601,17 @@ class Context(FreedOnCollection):
                 self._pos[row] = bases[index] + start
                 self._seq[row] = seg.seq
             else:
-                self._token[row:row + n] = seg.tokens[start:end]
-                self._pos[row:row + n] = np.arange(bases[index] + start, bases[index] + end, dtype=np.int32)
-                self._seq[row:row + n] = seg.seq
+                self._token[row : row + n] = seg.tokens[start:end]
+                self._pos[row : row + n] = np.arange(bases[index] + start, bases[index] + end, dtype=np.int32)
+                self._seq[row : row + n] = seg.seq
             if seg.logits == "all":
-                self._wants[row:row + n] = 1
+                self._wants[row : row + n] = 1
                 wanted.append((index, n, row))
             else:
                 if n == 1:
                     self._wants[row] = 0
                 else:
-                    self._wants[row:row + n] = 0
+                    self._wants[row : row + n] = 0
                 if seg.logits == "last" and end == len(seg.tokens):
                     self._wants[row + n - 1] = 1
                     wanted.append((index, 0, row + n - 1))  # 0: one row, returned as a row, not a block
@@ -592,8 +625,12 @@ class Context(FreedOnCollection):
         status = self._lib.llama_decode(self.ptr, self.batch)
         self.decode_seconds += time.perf_counter() - start_time
         if status != 0:
-            raise SpecrunError(f"llama_decode failed with status {status} on a batch of {row} tokens",
-                               "raise --ctx-size" + (" or lower --parallel" if self.n_seq > 1 else "") + "; SPECRUN_DEBUG=1 shows details")
+            raise SpecrunError(
+                f"llama_decode failed with status {status} on a batch of {row} tokens",
+                "raise --ctx-size"
+                + (" or lower --parallel" if self.n_seq > 1 else "")
+                + "; SPECRUN_DEBUG=1 shows details",
+            )
         for index, start, end in pieces:
             self._last_call[segments[index].seq] = end - start
         if self.pins:
@@ -604,7 +641,7 @@ class Context(FreedOnCollection):
             at = 0
             for index, start, end in pieces:
                 seg = segments[index]
-                self.on_hidden(seg.seq, bases[index] + start, block[at:at + end - start].copy())
+                self.on_hidden(seg.seq, bases[index] + start, block[at : at + end - start].copy())
                 at += end - start
         if not wanted:
             return
@@ -617,7 +654,7 @@ class Context(FreedOnCollection):
             else:
                 if view is None:  # llama.cpp copies full rows out only when some row is not shortlisted
                     view = self._logits_rows(sum(n or 1 for _, n, _ in wanted))
-                block = view[at:at + n] if n else view[at]
+                block = view[at : at + n] if n else view[at]
                 out[index].append(block.copy() if copy else block)
             at += n or 1
 
@@ -629,7 +666,9 @@ class Context(FreedOnCollection):
         if self._row_types[0]._length_ != k:
             self._row_types = (ctypes.c_int32 * k, ctypes.c_float * k)
         id_row, logit_row = self._row_types
-        return Shortlist(id_row.from_address(ids_at(self.ptr, position))[:], logit_row.from_address(logits_at(self.ptr, position))[:])
+        return Shortlist(
+            id_row.from_address(ids_at(self.ptr, position))[:], logit_row.from_address(logits_at(self.ptr, position))[:]
+        )
 
     def _shortlist_rows(self, position: int, n: int, k: int) -> Shortlist:
         """The shortlists of the n output rows from batch position `position` on (copies: k
@@ -641,10 +680,15 @@ class Context(FreedOnCollection):
         _check_count(count_at(self.ptr, position), k)
         stride = 4 * self.model.n_vocab
         first_ids, first_logits = ids_at(self.ptr, position), logits_at(self.ptr, position)
-        if all(ids_at(self.ptr, position + i) == first_ids + i * stride
-               and logits_at(self.ptr, position + i) == first_logits + i * stride for i in range(1, n)):
-            return Shortlist(np.array(float_view(first_ids, (n, k), "<i4", stride)),
-                             np.array(float_view(first_logits, (n, k), "<f4", stride)))
+        if all(
+            ids_at(self.ptr, position + i) == first_ids + i * stride
+            and logits_at(self.ptr, position + i) == first_logits + i * stride
+            for i in range(1, n)
+        ):
+            return Shortlist(
+                np.array(float_view(first_ids, (n, k), "<i4", stride)),
+                np.array(float_view(first_logits, (n, k), "<f4", stride)),
+            )
         ids = np.stack([float_view(ids_at(self.ptr, position + i), (k,), "<i4") for i in range(n)])
         logits = np.stack([float_view(logits_at(self.ptr, position + i), (k,)) for i in range(n)])
         return Shortlist(ids, logits)
@@ -658,7 +702,7 @@ class Context(FreedOnCollection):
             self._logits_address = address
         return self._logits[:rows]
 
-    def feed_head(self, segments: Sequence["HeadSegment"]) -> list[tuple[np.ndarray, np.ndarray] | None]:
+    def feed_head(self, segments: Sequence[HeadSegment]) -> list[tuple[np.ndarray, np.ndarray] | None]:
         """Append, on a head context, each segment's (token, hidden row) pairs to its sequence, in
         passes of at most n_batch entries; return per segment, when it asked for it, the logits and
         the head's own hidden row of its last entry (what drafting the next token takes). On
@@ -670,7 +714,7 @@ class Context(FreedOnCollection):
         out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(segments)
         with self._appending(segments) as bases:
             for start in range(0, len(entries), self.n_batch):
-                self._head_pass(segments, bases, entries[start:start + self.n_batch], out)
+                self._head_pass(segments, bases, entries[start : start + self.n_batch], out)
         return out
 
     def head_rows(self, entries: Sequence[tuple[int, int, int, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -681,7 +725,7 @@ class Context(FreedOnCollection):
             raise ValueError("head_rows needs a head context made on another context")
         return self._process_head([(seq, pos, token, row, True) for seq, pos, token, row in entries])
 
-    def _appending(self, segments) -> "_Appending":
+    def _appending(self, segments) -> _Appending:
         """The passes inside append each segment's tokens to its sequence (entering gives where
         each starts): all of them when they succeed, none of them when one fails."""
         return _Appending(self, segments)
@@ -720,9 +764,17 @@ class Context(FreedOnCollection):
             kept.append(row)  # C reads the row when the batch is processed
             at = lib.llama_batch_ext_add_token(batch, seq, int(token))
             position[0] = pos
-            if at < 0 or not lib.llama_batch_ext_set_pos(batch, at, position) or not lib.llama_batch_ext_set_embd_token(
-                    batch, at, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width)):
-                raise SpecrunError("llama.cpp refused an entry of a multi-token-prediction batch", "use another --spec mode; SPECRUN_DEBUG=1 shows details")
+            if (
+                at < 0
+                or not lib.llama_batch_ext_set_pos(batch, at, position)
+                or not lib.llama_batch_ext_set_embd_token(
+                    batch, at, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width)
+                )
+            ):
+                raise SpecrunError(
+                    "llama.cpp refused an entry of a multi-token-prediction batch",
+                    "use another --spec mode; SPECRUN_DEBUG=1 shows details",
+                )
             if output:
                 lib.llama_batch_ext_set_output_logits(batch, at, True)
                 outputs.append(at)
@@ -730,13 +782,20 @@ class Context(FreedOnCollection):
         status = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, batch)
         self.decode_seconds += time.perf_counter() - start_time
         if status != 0:
-            raise SpecrunError(f"the multi-token-prediction head failed with status {status} on {len(items)} entries",
-                               "raise --ctx-size or use another --spec mode; SPECRUN_DEBUG=1 shows details")
+            raise SpecrunError(
+                f"the multi-token-prediction head failed with status {status} on {len(items)} entries",
+                "raise --ctx-size or use another --spec mode; SPECRUN_DEBUG=1 shows details",
+            )
         if self.pins:
             for seq, pos, _, _, _ in items:
                 self._pin_leaving(seq, pos + 1)
-        return [(float_view(lib.llama_get_logits_ith(self.ptr, at), (self.model.n_vocab,)).copy(),
-                 float_view(ext.llama_get_embeddings_nextn_ith(self.ptr, at), (width,)).copy()) for at in outputs]
+        return [
+            (
+                float_view(lib.llama_get_logits_ith(self.ptr, at), (self.model.n_vocab,)).copy(),
+                float_view(ext.llama_get_embeddings_nextn_ith(self.ptr, at), (width,)).copy(),
+            )
+            for at in outputs
+        ]
 
     # -- rewinding ---------------------------------------------------------------------------
 
@@ -749,9 +808,13 @@ class Context(FreedOnCollection):
         if n_keep >= held:
             return
         cut = held - n_keep
-        if self.rewind == "positions" or (self.rewind == "snapshots" and cut <= min(self.snapshots, self._last_call[seq] - 1)):
+        if self.rewind == "positions" or (
+            self.rewind == "snapshots" and cut <= min(self.snapshots, self._last_call[seq] - 1)
+        ):
             if not _llama().llama_memory_seq_rm(self.memory, seq, n_keep, -1):
-                raise SpecrunError("llama.cpp could not trim its KV cache", "this model's cache type cannot rewind; use --spec off")
+                raise SpecrunError(
+                    "llama.cpp could not trim its KV cache", "this model's cache type cannot rewind; use --spec off"
+                )
             self._unpin(seq, n_keep)
             del self.tokens[seq][n_keep:]
             self._last_call[seq] = 0  # a snapshot undoes once
@@ -779,7 +842,9 @@ class Context(FreedOnCollection):
         if saved is not None and saved[0] <= n_keep and self.tokens[seq][: saved[0]] == tokens[: saved[0]]:
             data = saved[1]
             buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-            if lib.llama_state_seq_set_data_ext(self.ptr, buf, len(data), seq, lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) == len(data):
+            if lib.llama_state_seq_set_data_ext(
+                self.ptr, buf, len(data), seq, lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+            ) == len(data):
                 lib.llama_memory_seq_rm(self.memory, seq, saved[0], -1)
                 self._unpin(seq, 0)
                 self._pin_leaving(seq, saved[0])
@@ -912,7 +977,7 @@ def float_view(pointer, shape: tuple[int, ...], typestr: str = "<f4", row_stride
     return np.asarray(_FloatBlock(address, shape, typestr, row_stride))
 
 
-def _joined(blocks: list) -> "np.ndarray | Shortlist":
+def _joined(blocks: list) -> np.ndarray | Shortlist:
     """One segment's rows from the passes it took, in order."""
     if len(blocks) == 1:
         return blocks[0]

@@ -18,9 +18,9 @@ import functools
 import os
 import socket
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import InputError, RpcError, SpecrunError
 from .devices import Device, devices, ggml
@@ -53,7 +53,9 @@ def parse_endpoints(text: str, flag: str = "--rpc") -> list[Endpoint]:
     """'host:port,host2:port' → endpoints, in order, without duplicates; a malformed one is a usage error."""
     items = [item.strip() for item in text.split(",")]
     if not text.strip() or any(not item for item in items):
-        raise InputError(f"{flag} needs HOST:PORT[,HOST:PORT…], got {text!r}", f"e.g. {flag} 192.168.1.20:{DEFAULT_PORT}")
+        raise InputError(
+            f"{flag} needs HOST:PORT[,HOST:PORT…], got {text!r}", f"e.g. {flag} 192.168.1.20:{DEFAULT_PORT}"
+        )
     out: list[Endpoint] = []
     for item in items:
         endpoint = parse_endpoint(item, flag)
@@ -65,9 +67,15 @@ def parse_endpoints(text: str, flag: str = "--rpc") -> list[Endpoint]:
 def parse_endpoint(item: str, flag: str = "--rpc") -> Endpoint:
     host, sep, port = item.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InputError(f"{flag}: {item!r} is not HOST:PORT", f"e.g. {flag} 192.168.1.20:{DEFAULT_PORT} (the port `specrun worker` prints)")
+        raise InputError(
+            f"{flag}: {item!r} is not HOST:PORT",
+            f"e.g. {flag} 192.168.1.20:{DEFAULT_PORT} (the port `specrun worker` prints)",
+        )
     if ":" in host or any(c.isspace() for c in host):
-        raise InputError(f"{flag}: {item!r} is not HOST:PORT", "give an IPv4 address or a host name (llama.cpp's RPC does not take IPv6 addresses)")
+        raise InputError(
+            f"{flag}: {item!r} is not HOST:PORT",
+            "give an IPv4 address or a host name (llama.cpp's RPC does not take IPv6 addresses)",
+        )
     return Endpoint(host, int(port))
 
 
@@ -94,8 +102,10 @@ def supported() -> bool:
 def require_rpc() -> None:
     """Refuse, in one line, a llama.cpp built without the RPC backend (before any thread or socket)."""
     if not supported():
-        raise RpcError("this llama.cpp build has no RPC backend",
-                       "rebuild llama-cpp-python with CMAKE_ARGS=-DGGML_RPC=on (scripts/setup.sh does)")
+        raise RpcError(
+            "this llama.cpp build has no RPC backend",
+            "rebuild llama-cpp-python with CMAKE_ARGS=-DGGML_RPC=on (scripts/setup.sh does)",
+        )
 
 
 def check(endpoint: Endpoint, timeout: float = CHECK_TIMEOUT_S) -> tuple[int, int, int]:
@@ -110,26 +120,36 @@ def check(endpoint: Endpoint, timeout: float = CHECK_TIMEOUT_S) -> tuple[int, in
             conn.sendall(bytes([HELLO]) + struct.pack("<Q", CONN_CAPS_SIZE) + bytes(CONN_CAPS_SIZE))
             reply = _receive(conn, 8 + 4)
     except socket.gaierror as error:
-        raise RpcError(f"cannot resolve the RPC worker host {endpoint.host!r}: {error.strerror}", "check the name in --rpc") from None
+        raise RpcError(
+            f"cannot resolve the RPC worker host {endpoint.host!r}: {error.strerror}", "check the name in --rpc"
+        ) from None
     except ConnectionRefusedError:
-        raise RpcError(f"nothing listens at {endpoint} (connection refused)",
-                       f"start `specrun worker --host HOST --port {endpoint.port}` there, or fix --rpc") from None
-    except socket.timeout:
-        raise RpcError(f"the RPC worker at {endpoint} did not answer within {timeout:g} s",
-                       "it may be serving another client (a worker serves one at a time), or a firewall drops the connection") from None
+        raise RpcError(
+            f"nothing listens at {endpoint} (connection refused)",
+            f"start `specrun worker --host HOST --port {endpoint.port}` there, or fix --rpc",
+        ) from None
+    except TimeoutError:
+        raise RpcError(
+            f"the RPC worker at {endpoint} did not answer within {timeout:g} s",
+            "it may be serving another client (a worker serves one at a time), or a firewall drops the connection",
+        ) from None
     except OSError as error:
-        raise RpcError(f"cannot reach the RPC worker at {endpoint}: {error.strerror or error}", "check the address and the network") from None
+        raise RpcError(
+            f"cannot reach the RPC worker at {endpoint}: {error.strerror or error}", "check the address and the network"
+        ) from None
     if reply is None:
         raise RpcError(
             f"the RPC worker at {endpoint} closed the connection during the handshake: it runs a llama.cpp with another RPC "
             f"protocol than this one ({PROTOCOL[0]}.{PROTOCOL[1]})",
-            "install the same llama-cpp-python version on both machines (upgrade the older one)")
+            "install the same llama-cpp-python version on both machines (upgrade the older one)",
+        )
     major, minor, patch = reply[8], reply[9], reply[10]
     if major != PROTOCOL[0] or minor > PROTOCOL[1]:
         older = "the worker" if (major, minor) < PROTOCOL else "specrun's llama-cpp-python"
         raise RpcError(
             f"the RPC worker at {endpoint} speaks protocol {major}.{minor}.{patch}, this llama.cpp {PROTOCOL[0]}.{PROTOCOL[1]}",
-            f"upgrade {older} so both run the same llama.cpp version")
+            f"upgrade {older} so both run the same llama.cpp version",
+        )
     return major, minor, patch
 
 
@@ -160,7 +180,9 @@ def connect(endpoints: Sequence[Endpoint]) -> list[Device]:
             continue
         reg = lib.ggml_backend_rpc_add_server(key.encode())
         if not reg:
-            raise RpcError(f"the RPC worker at {key} offers no device", "start it with a device (specrun worker --device)")
+            raise RpcError(
+                f"the RPC worker at {key} offers no device", "start it with a device (specrun worker --device)"
+            )
         ggml().ggml_backend_register(reg)
         _REGISTERED.append(key)
     listed = [d for d in devices([str(e) for e in endpoints]) if d.remote]
@@ -244,10 +266,14 @@ def describe_abort(message: str) -> SpecrunError:
     text = message.split(": ", 1)[-1].strip() if ": " in message else message.strip()
     workers = ", ".join(connected()) or "the RPC worker"
     if DEAD_WORKER in message:
-        return RpcError(f"lost the RPC worker {workers}: it stopped, crashed or became unreachable",
-                        "restart `specrun worker` there, or run without --rpc")
+        return RpcError(
+            f"lost the RPC worker {workers}: it stopped, crashed or became unreachable",
+            "restart `specrun worker` there, or run without --rpc",
+        )
     if "Failed to connect to" in message or "RPC handshake failed" in message:
-        return RpcError(f"llama.cpp could not connect to the RPC worker: {text}", "check that `specrun worker` still runs there")
+        return RpcError(
+            f"llama.cpp could not connect to the RPC worker: {text}", "check that `specrun worker` still runs there"
+        )
     return SpecrunError(f"llama.cpp stopped: {text}", "SPECRUN_DEBUG=1 shows llama.cpp's log and a backtrace")
 
 

@@ -51,7 +51,7 @@ def top_ids(logits: np.ndarray, k: int) -> np.ndarray:
     if pool is None or pool.shape[0] < k:
         pool = np.arange(n)
     if pool.shape[0] > k:
-        pool = pool[np.argpartition(logits[pool], pool.shape[0] - k)[pool.shape[0] - k:]]
+        pool = pool[np.argpartition(logits[pool], pool.shape[0] - k)[pool.shape[0] - k :]]
     return pool
 
 
@@ -74,11 +74,11 @@ class Dist:
     p: tuple[float, ...]  # same length, sums to 1
 
     @classmethod
-    def point(cls, token: int) -> "Dist":
+    def point(cls, token: int) -> Dist:
         return cls((int(token),), (1.0,))
 
     @classmethod
-    def of(cls, ids: np.ndarray, weights: np.ndarray) -> "Dist":
+    def of(cls, ids: np.ndarray, weights: np.ndarray) -> Dist:
         """Normalised weights on ids (any order; zero weights dropped)."""
         order = np.argsort(ids, kind="stable")
         ids, weights = np.asarray(ids, dtype=np.int64)[order], np.asarray(weights, dtype=np.float64)[order]
@@ -87,7 +87,7 @@ class Dist:
         return cls(tuple(ids.tolist()), tuple((weights / weights.sum()).tolist()))
 
     @classmethod
-    def from_dense(cls, probs: np.ndarray) -> "Dist":
+    def from_dense(cls, probs: np.ndarray) -> Dist:
         """The distribution a full-vocabulary probability vector describes."""
         ids = np.flatnonzero(probs > 0)
         return cls.of(ids, probs[ids])
@@ -106,12 +106,12 @@ class Dist:
         u = rng.random() * cumulative[-1]
         return self.ids[min(bisect_right(cumulative, u), len(self.ids) - 1)]
 
-    def without(self, token: int) -> "Dist | None":
+    def without(self, token: int) -> Dist | None:
         """Renormalised with `token` removed (None when nothing is left)."""
         kept = [(i, p) for i, p in zip(self.ids, self.p) if i != token]
         return _normalised(kept)
 
-    def minus(self, q: "Dist") -> "Dist | None":
+    def minus(self, q: Dist) -> Dist | None:
         """normalise(max(0, p − q)): the residual of speculative sampling (None when it is empty)."""
         return _normalised([(i, p - q.prob(i)) for i, p in zip(self.ids, self.p)])
 
@@ -122,7 +122,7 @@ class Dist:
         return out
 
 
-def _normalised(weighted: list[tuple[int, float]]) -> "Dist | None":
+def _normalised(weighted: list[tuple[int, float]]) -> Dist | None:
     """The distribution of the positive weights of (id, weight) pairs in ascending id order (None
     when none is positive)."""
     kept = [(i, w) for i, w in weighted if w > 0]
@@ -153,7 +153,7 @@ class SamplingParams:
             return 1
         return self.top_k if 0 < self.top_k <= defaults.SHORTLIST_MAX else 0
 
-    def dist(self, logits: "np.ndarray | Shortlist") -> Dist:
+    def dist(self, logits: np.ndarray | Shortlist) -> Dist:
         """The distribution after all transforms (a point mass on the argmax when greedy), from a
         full row or from its top-k shortlist.
 
@@ -219,7 +219,7 @@ class SamplingParams:
         """The same distribution as a full-vocabulary vector."""
         return self.dist(logits).dense(logits.shape[0])
 
-    def pick(self, logits: "np.ndarray | Shortlist", rng: Rng) -> int:
+    def pick(self, logits: np.ndarray | Shortlist, rng: Rng) -> int:
         """The next token from one row of logits (or its shortlist): the argmax, or a draw."""
         return argmax(logits) if self.greedy else self.dist(logits).sample(rng)
 

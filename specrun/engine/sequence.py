@@ -10,8 +10,8 @@ batch, `[last] + draft`, with logits for every position.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from .. import defaults
 from .auto.estimates import PositionRates
@@ -59,8 +59,18 @@ class SequenceState:
     the first token. `k_max` is the most draft tokens a step may verify for it.
     """
 
-    def __init__(self, seq: int, prompt: Sequence[int], settings: GenerationSettings, model: Model, *, cached: int = 0,
-                 k_max: int = 0, rng: Rng | None = None, arrived: float | None = None):
+    def __init__(
+        self,
+        seq: int,
+        prompt: Sequence[int],
+        settings: GenerationSettings,
+        model: Model,
+        *,
+        cached: int = 0,
+        k_max: int = 0,
+        rng: Rng | None = None,
+        arrived: float | None = None,
+    ):
         now = time.perf_counter()
         self.seq = seq
         self.prompt = list(prompt)

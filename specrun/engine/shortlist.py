@@ -20,8 +20,8 @@ class Shortlist:
     """Candidates of one row (1-D: numpy arrays, or Python lists as a single row is read) or of
     several (2-D numpy arrays, one row each): ids and logits."""
 
-    ids: "np.ndarray | list[int]"  # int32
-    logits: "np.ndarray | list[float]"  # float32 values, same shape
+    ids: np.ndarray | list[int]  # int32
+    logits: np.ndarray | list[float]  # float32 values, same shape
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -30,15 +30,17 @@ class Shortlist:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def __getitem__(self, i: int) -> "Shortlist":
+    def __getitem__(self, i: int) -> Shortlist:
         return Shortlist(self.ids[i], self.logits[i])
 
-    def reshape(self, rows: int, _columns: int = -1) -> "Shortlist":
+    def reshape(self, rows: int, _columns: int = -1) -> Shortlist:
         """As `rows` rows of numpy arrays (a single row becomes a block of one), as ndarray.reshape would."""
         if isinstance(self.ids, list) or self.ids.ndim == 1:
             if rows != 1:
                 raise ValueError(f"one row cannot become {rows}")
-            return Shortlist(np.asarray(self.ids, dtype=np.int32)[None, :], np.asarray(self.logits, dtype=np.float32)[None, :])
+            return Shortlist(
+                np.asarray(self.ids, dtype=np.int32)[None, :], np.asarray(self.logits, dtype=np.float32)[None, :]
+            )
         if self.ids.shape[0] != rows:
             raise ValueError(f"{self.ids.shape[0]} rows cannot become {rows}")
         return self

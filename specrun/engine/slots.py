@@ -12,7 +12,7 @@ dropped first.
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 
 class SlotPool:

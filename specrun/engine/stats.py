@@ -29,7 +29,9 @@ class Stats:
     by_drafter: dict = field(default_factory=dict)  # name → {"steps", "drafted", "accepted"}; "plain" for K=0
     policy: dict | None = None  # the auto controller's summary (choices, estimates)
 
-    def record_step(self, drafted: int, accepted: int, draft_time: float, verify_time: float, drafter: str | None = None) -> None:
+    def record_step(
+        self, drafted: int, accepted: int, draft_time: float, verify_time: float, drafter: str | None = None
+    ) -> None:
         """Count one draft → verify step."""
         self.steps += 1
         counts = self.by_drafter.setdefault(drafter or "plain", {"steps": 0, "drafted": 0, "accepted": 0})
@@ -61,7 +63,11 @@ class Stats:
     def decode_rate_at(self, elapsed: float) -> float:
         """The steady speed while generation is still running, `elapsed` seconds after it began."""
         span = elapsed - self.time_to_first_token
-        return (self.generated_tokens - 1) / span if self.generated_tokens > 1 and self.time_to_first_token and span > 0 else 0.0
+        return (
+            (self.generated_tokens - 1) / span
+            if self.generated_tokens > 1 and self.time_to_first_token and span > 0
+            else 0.0
+        )
 
     def steps_by_drafter(self) -> str:
         """How many steps each drafter (or plain decoding) got, most first: "plain 75 steps, ngram 36 steps"."""

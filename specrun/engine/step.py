@@ -16,8 +16,8 @@ the longest prefix with its prompt) and which idle caches are dropped when cells
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from .. import defaults
 from .auto.control import PLAIN, Ask, Choice, Controller, Outcome
@@ -105,7 +105,14 @@ class Engine:
     shares the target's sequence ids. The slot pool has one slot per sequence of the target context.
     """
 
-    def __init__(self, target: Context, model: Drafter | None = None, *, others: Sequence[Drafter] = (), n_batch: int | None = None):
+    def __init__(
+        self,
+        target: Context,
+        model: Drafter | None = None,
+        *,
+        others: Sequence[Drafter] = (),
+        n_batch: int | None = None,
+    ):
         self.target = target
         self.model = model
         self.drafters: dict[str, Drafter] = {d.name: d for d in [model, *others] if d is not None}
@@ -132,7 +139,10 @@ class Engine:
         uses_lookup = policy.mode in ("auto", "ngram", "hybrid") and policy.k_max > 0
         if not uses_lookup:
             self.lookup = None
-        elif self.lookup is None or (self.lookup.ngram_min, self.lookup.ngram_max, self.lookup.k_max) != (*policy.ngrams, policy.k_max):
+        elif self.lookup is None or (self.lookup.ngram_min, self.lookup.ngram_max, self.lookup.k_max) != (
+            *policy.ngrams,
+            policy.k_max,
+        ):
             self.lookup = LookupDrafter(*policy.ngrams, k_max=policy.k_max)
 
     def _fixed_drafter(self, mode: str) -> Drafter | None:
@@ -144,13 +154,22 @@ class Engine:
     def reads_ahead(self) -> Drafter | None:
         """In a fixed mode whose drafter keeps a cache, that drafter: it reads each prompt at
         prefill. Under auto a drafter catches up when first chosen, a cost the controller weighs."""
-        drafter = self._fixed_drafter(self.policy.mode) if self.policy.mode != "auto" and self.policy.k_max > 0 else None
+        drafter = (
+            self._fixed_drafter(self.policy.mode) if self.policy.mode != "auto" and self.policy.k_max > 0 else None
+        )
         return drafter if drafter is not None and getattr(drafter, "ctx", None) is not None else None
 
     # -- sequences ---------------------------------------------------------------------------
 
-    def admit(self, prompt: Sequence[int], settings: GenerationSettings, *, arrived: float | None = None,
-              lookup: PromptLookup | None = None, rng=None) -> SequenceState:
+    def admit(
+        self,
+        prompt: Sequence[int],
+        settings: GenerationSettings,
+        *,
+        arrived: float | None = None,
+        lookup: PromptLookup | None = None,
+        rng=None,
+    ) -> SequenceState:
         """Give a generation a sequence, reusing the longest cached prefix of its prompt (every
         token but the last, whose logits the first step needs)."""
         seq, shared = self.slots.claim(prompt)
@@ -158,8 +177,16 @@ class Engine:
             keep = min(shared, len(prompt) - 1)
             self.target.trim(seq, keep)
             k_max = min(settings.draft_max_for(self.policy.mode), self.policy.k_max) if self.policy.k_max else 0
-            state = SequenceState(seq, prompt, settings, self.target.model, cached=keep, k_max=k_max,
-                                  rng=rng if rng is not None else make_rng(settings.seed), arrived=arrived)
+            state = SequenceState(
+                seq,
+                prompt,
+                settings,
+                self.target.model,
+                cached=keep,
+                k_max=k_max,
+                rng=rng if rng is not None else make_rng(settings.seed),
+                arrived=arrived,
+            )
             self.target.shortlist(seq, state.sampling.shortlist)
         except BaseException:  # a generation that cannot start never holds a sequence
             self.slots.release(seq)
@@ -217,8 +244,14 @@ class Engine:
         reserve = min(sum(len(s.pending) for s in reading), self.n_batch // 2)
         choices, proposals = self._plan(decoding, reserve)
         drafts, passes = self._draft(decoding, choices, proposals, report)
-        segments = [Segment(s.seq, [s.history[-1]] + drafts.get(s.seq, EMPTY).tokens,
-                            "all" if drafts.get(s.seq, EMPTY).tokens else "last") for s in decoding]
+        segments = [
+            Segment(
+                s.seq,
+                [s.history[-1]] + drafts.get(s.seq, EMPTY).tokens,
+                "all" if drafts.get(s.seq, EMPTY).tokens else "last",
+            )
+            for s in decoding
+        ]
         room = self.n_batch - sum(len(seg.tokens) for seg in segments)
         chunks: list[tuple[SequenceState, int]] = []
         for state in reading:
@@ -238,7 +271,9 @@ class Engine:
         """Time spent inside llama_decode so far, target and draft model."""
         return sum(ctx.decode_seconds for ctx in self._contexts())
 
-    def _target_pass(self, decoding, choices, drafts, passes, segments, chunks, report: StepReport, start: float) -> None:
+    def _target_pass(
+        self, decoding, choices, drafts, passes, segments, chunks, report: StepReport, start: float
+    ) -> None:
         bases = {seg.seq: len(self.target.tokens[seg.seq]) for seg in segments}
         report.rows = sum(len(seg.tokens) for seg in segments)
         report.prompt_rows = sum(n for _, n in chunks)
@@ -255,16 +290,22 @@ class Engine:
             report.updates.append(update)
             outcomes.append((state, update, outcome))
         report.verify_seconds = time.perf_counter() - verify_start
-        for state, update, outcome in outcomes:
+        for state, update, _ in outcomes:
             update.draft_s, update.verify_s = report.draft_seconds, report.verify_seconds
-            state.stats.record_step(update.drafted, update.accepted, report.draft_seconds, report.verify_seconds, update.drafter)
+            state.stats.record_step(
+                update.drafted, update.accepted, report.draft_seconds, report.verify_seconds, update.drafter
+            )
             self._finish(update)
         controller = self.policy.controller
         if controller is not None and decoding:
-            controller.observe([o for _, _, o in outcomes], rows=None if chunks else report.rows, verify_s=decode_s,
-                               draft_s=sum(p.seconds for made in passes.values() for p in made),
-                               passes={name: [(p.rows, p.seconds) for p in made] for name, made in passes.items() if made})
-        for (state, n), logits in zip(chunks, rows[len(decoding):]):
+            controller.observe(
+                [o for _, _, o in outcomes],
+                rows=None if chunks else report.rows,
+                verify_s=decode_s,
+                draft_s=sum(p.seconds for made in passes.values() for p in made),
+                passes={name: [(p.rows, p.seconds) for p in made] for name, made in passes.items() if made},
+            )
+        for (state, n), logits in zip(chunks, rows[len(decoding) :]):
             update = self._read(state, n, logits)
             if update is not None:
                 report.updates.append(update)
@@ -276,7 +317,11 @@ class Engine:
         verdict = self.policy.verifier(draft.tokens, draft.q, rows, state.sampling, state.rng)
         self.target.trim(state.seq, base + 1 + verdict.accepted)
         if n_draft and choice.drafter is not None:
-            drafter = self.lookup if self.lookup is not None and choice.drafter == self.lookup.name else self.drafters.get(choice.drafter)
+            drafter = (
+                self.lookup
+                if self.lookup is not None and choice.drafter == self.lookup.name
+                else self.drafters.get(choice.drafter)
+            )
             if drafter is not None:
                 drafter.learn(state.seq, n_draft, verdict.accepted)
             if self.policy.auto:
@@ -321,7 +366,9 @@ class Engine:
         caps = {s.seq: s.room(self.target.n_ctx, len(self.target.tokens[s.seq])) for s in decoding}
         proposals: dict[int, Draft] = {}
         if self.lookup is not None:
-            asked = [DraftRequest(s.seq, s.history, caps[s.seq], s.sampling, s.rng) for s in decoding if caps[s.seq] > 0]
+            asked = [
+                DraftRequest(s.seq, s.history, caps[s.seq], s.sampling, s.rng) for s in decoding if caps[s.seq] > 0
+            ]
             proposals = self.lookup.propose(asked).drafts if asked else {}
         max_rows = self.n_batch - reserve
         if not policy.auto:
@@ -329,10 +376,16 @@ class Engine:
         controller = policy.controller
         asks = []
         for s in decoding:
-            in_hand = {self.lookup.name: proposals[s.seq].confidence or [1.0] * len(proposals[s.seq].tokens)} \
-                if s.seq in proposals else {}
-            behind = {name: controller.catch_up_seconds(name, d.lag(s.seq, s.history))
-                      for name, d in self.drafters.items() if caps[s.seq] > 0 and controller.weighs(name)}
+            in_hand = (
+                {self.lookup.name: proposals[s.seq].confidence or [1.0] * len(proposals[s.seq].tokens)}
+                if s.seq in proposals
+                else {}
+            )
+            behind = {
+                name: controller.catch_up_seconds(name, d.lag(s.seq, s.history))
+                for name, d in self.drafters.items()
+                if caps[s.seq] > 0 and controller.weighs(name)
+            }
             asks.append(Ask(s.seq, caps[s.seq], s.remaining(), s.own, in_hand, behind))
         decision = controller.plan(asks, max_rows=max_rows, base_rows=reserve)
         return dict(decision.choices), proposals
@@ -350,7 +403,13 @@ class Engine:
             candidates.append(Candidate(s.seq, options, caps[s.seq]))
         kind = self.policy.mode if self.policy.mode in ("ngram", "hybrid") else "draft"
         model = self._fixed_drafter(self.policy.mode)
-        alloc = fixed(candidates, kind, self.policy.k_max, max_rows=max_rows, model=model.name if model is not None else defaults.MODEL)
+        alloc = fixed(
+            candidates,
+            kind,
+            self.policy.k_max,
+            max_rows=max_rows,
+            model=model.name if model is not None else defaults.MODEL,
+        )
         return {seq: Choice(drafter, k) for seq, (drafter, k) in alloc.drafts.items()}
 
     def _draft(self, decoding, choices: dict[int, Choice], proposals: dict[int, Draft], report: StepReport):
@@ -363,7 +422,9 @@ class Engine:
             if choice.drafter is None or choice.k <= 0:
                 continue
             if choice.drafter in self.drafters:
-                requests.setdefault(choice.drafter, []).append(DraftRequest(s.seq, s.history, choice.k, s.sampling, s.rng))
+                requests.setdefault(choice.drafter, []).append(
+                    DraftRequest(s.seq, s.history, choice.k, s.sampling, s.rng)
+                )
             elif s.seq in proposals:
                 drafts[s.seq] = proposals[s.seq].cut(choice.k)
         passes = {}

@@ -4,7 +4,7 @@ steps are handled by holding back only what could still change."""
 from __future__ import annotations
 
 import codecs
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class TextAssembler:

@@ -13,8 +13,8 @@ removed. The output is distributed exactly as p.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -60,8 +60,9 @@ def verify_sampling(
     return Verdict(len(draft), list(draft) + [p_row(len(draft)).sample(rng)])
 
 
-def verify(draft: Sequence[int], q_rows: Sequence[Dist] | None, rows: np.ndarray, sampling: SamplingParams,
-           rng: Rng) -> Verdict:
+def verify(
+    draft: Sequence[int], q_rows: Sequence[Dist] | None, rows: np.ndarray, sampling: SamplingParams, rng: Rng
+) -> Verdict:
     """The one verification of a step's `[last] + draft` rows (shape (len(draft) + 1, n_vocab), or
     their Shortlist; with no draft, the one row may come alone): greedy or speculative sampling,
     as the sequence samples. A plain step is the target's own token, as either rule gives it."""
@@ -96,8 +97,9 @@ class SyntheticAcceptance:
         self.p = p
         self.rng = np.random.default_rng([seed, 0x5EC])
 
-    def __call__(self, draft: Sequence[int], q_rows: Sequence[Dist] | None, rows: np.ndarray, sampling: SamplingParams,
-                 rng: Rng) -> Verdict:
+    def __call__(
+        self, draft: Sequence[int], q_rows: Sequence[Dist] | None, rows: np.ndarray, sampling: SamplingParams, rng: Rng
+    ) -> Verdict:
         if not draft:
             return Verdict(0, [sampling.pick(only_row(rows), rng)])
         accepted = 0

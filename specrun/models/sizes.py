@@ -90,7 +90,10 @@ def sizes_from_header(header: GGUFHeader, path: str | Path) -> ModelSize:
     if n_layer is None:
         n_layer = max(layers) + 1 if layers else 0
         if n_layer > LLAMA_MAX_LAYERS:
-            raise _unreadable(path, f"it has no {arch}.block_count and a tensor of layer {n_layer - 1}; llama.cpp takes at most {LLAMA_MAX_LAYERS} layers")
+            raise _unreadable(
+                path,
+                f"it has no {arch}.block_count and a tensor of layer {n_layer - 1}; llama.cpp takes at most {LLAMA_MAX_LAYERS} layers",
+            )
     n_embd = _count(path, meta, f"{arch}.embedding_length", 0)
     n_head = _count(path, meta, f"{arch}.attention.head_count", 0) or 1
     n_head_kv = _count(path, meta, f"{arch}.attention.head_count_kv", n_head)  # a per-layer array: assume the most

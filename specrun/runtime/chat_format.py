@@ -9,8 +9,8 @@ built-in ChatML (llama-server does the same), said once.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 from ..engine.llama import Model
 from ..models.chat_template import ChatTemplate
@@ -43,19 +43,37 @@ class ChatFormat:
         self.model = model
         self.warn = warn
         source = model.chat_template()
-        self.template = (ChatTemplate(source, bos_token=model.token_text(model.bos), eos_token=model.token_text(model.eos),
-                                      name=model.path.name) if source else None)
+        self.template = (
+            ChatTemplate(
+                source,
+                bos_token=model.token_text(model.bos),
+                eos_token=model.token_text(model.eos),
+                name=model.path.name,
+            )
+            if source
+            else None
+        )
         self.tags = reasoning_tags(source)
         self._fallback_said = False
 
-    def render(self, messages: Sequence[Mapping], *, add_generation_prompt: bool = True, variables: Mapping | None = None,
-               tools: Sequence[Mapping] | None = None) -> str:
+    def render(
+        self,
+        messages: Sequence[Mapping],
+        *,
+        add_generation_prompt: bool = True,
+        variables: Mapping | None = None,
+        tools: Sequence[Mapping] | None = None,
+    ) -> str:
         """The conversation as prompt text (ChatTemplateError when the template refuses it)."""
         if self.template is not None:
-            return self.template.render(messages, add_generation_prompt=add_generation_prompt, tools=tools, variables=variables)
+            return self.template.render(
+                messages, add_generation_prompt=add_generation_prompt, tools=tools, variables=variables
+            )
         if not self._fallback_said:
-            self.warn(f"specrun: note: {self.model.path.name} has no chat template in its metadata; "
-                      "formatting the conversation as ChatML, llama.cpp's default")
+            self.warn(
+                f"specrun: note: {self.model.path.name} has no chat template in its metadata; "
+                "formatting the conversation as ChatML, llama.cpp's default"
+            )
             self._fallback_said = True
         return self.model.builtin_chat_format([dict(m) for m in messages], add_generation_prompt)
 
@@ -65,14 +83,16 @@ class ChatFormat:
         model = self.model
         bos = model.token_text(model.bos) if model.add_bos else ""
         if bos and text.startswith(bos):
-            text = text[len(bos):]
+            text = text[len(bos) :]
         return model.tokenize(text, add_special=True, parse_special=True)
 
     def prompt_splitter(self, text: str) -> ReasoningSplitter | None:
         """A splitter for the answer to prompt `text` (None when the template has no think tags)."""
         return ReasoningSplitter(self.tags, inside=self.tags.opens(text)) if self.tags else None
 
-    def prompt(self, messages: Sequence[Mapping], *, variables: Mapping | None = None, tools: Sequence[Mapping] | None = None) -> ChatPrompt:
+    def prompt(
+        self, messages: Sequence[Mapping], *, variables: Mapping | None = None, tools: Sequence[Mapping] | None = None
+    ) -> ChatPrompt:
         """The conversation rendered with the assistant's turn opened, and tokenized."""
         text = self.render(messages, variables=variables, tools=tools)
         return ChatPrompt(text, self.tokenize(text), self.tags, bool(self.tags and self.tags.opens(text)))

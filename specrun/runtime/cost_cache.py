@@ -72,11 +72,28 @@ def _identity(path: Path | None) -> list | None:
     return [str(Path(path).resolve()), st.st_size, st.st_mtime_ns]
 
 
-def cache_key(target: Path, draft: Path | None, *, threads: int, gpu_layers: int, draft_gpu_layers: int, build: str,
-              placement: object = None) -> str:
+def cache_key(
+    target: Path,
+    draft: Path | None,
+    *,
+    threads: int,
+    gpu_layers: int,
+    draft_gpu_layers: int,
+    build: str,
+    placement: object = None,
+) -> str:
     """A digest of everything the costs depend on."""
-    parts = [FORMAT, _identity(target), _identity(draft), threads, gpu_layers, draft_gpu_layers, build, list(CALIBRATION_SIZES),
-             placement]
+    parts = [
+        FORMAT,
+        _identity(target),
+        _identity(draft),
+        threads,
+        gpu_layers,
+        draft_gpu_layers,
+        build,
+        list(CALIBRATION_SIZES),
+        placement,
+    ]
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
 

@@ -9,9 +9,9 @@ conversation's KV cache is reused; a server makes a session of many sequences in
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
 
 from .. import defaults
 from ..engine import devices as engine_devices
@@ -25,9 +25,9 @@ from ..errors import IncompatibleModelsError
 from ..models.compat import require_draftable
 from ..models.modelfile import UNCHAINED_HEADS, assists, check_gguf_file, mtp_chain, mtp_layers
 from ..models.sizes import model_size
+from . import cost_cache
 from .chat_format import ChatFormat, ChatPrompt
 from .placement import DeviceSpace, ModelPlacement, Placement, Request, plan
-from . import cost_cache
 from .session import Models, Session
 
 
@@ -85,7 +85,9 @@ class Pair:
     def __init__(self, config: PairConfig, warn: Callable[[str], None] | None = None):
         warn = warn or (lambda message: print(message, file=sys.stderr))
         self.config = config
-        check_gguf_file(config.target)  # before llama.cpp sees it: its errors are cryptic, a truncated file can crash it
+        check_gguf_file(
+            config.target
+        )  # before llama.cpp sees it: its errors are cryptic, a truncated file can crash it
         self.drafting: str | None = None  # how the draft drafts: "token" (shared vocabulary) or "text"
         self.assisted = False  # the draft is a Gemma 4 MTP assistant, which drafts over the target's cache
         if config.draft is not None:
@@ -93,8 +95,10 @@ class Pair:
             self.assisted = assists(config.target, config.draft)
             if self.assisted:
                 if require_draftable(Path(config.target), Path(config.draft)).drafting != "token":
-                    raise IncompatibleModelsError(f"{Path(config.draft).name} does not share the vocabulary of {Path(config.target).name}",
-                                                  "use the assistant published with this target")
+                    raise IncompatibleModelsError(
+                        f"{Path(config.draft).name} does not share the vocabulary of {Path(config.target).name}",
+                        "use the assistant published with this target",
+                    )
             else:
                 self.drafting = require_draftable(Path(config.target), Path(config.draft)).drafting
         threads = config.threads or defaults.threads()
@@ -103,22 +107,39 @@ class Pair:
         workers = [engine_rpc.parse_endpoint(e) for e in config.rpc]
         engine_rpc.connect(workers)  # unreachable, busy or of another protocol: one line, before any weight is read
         spaces, handles = device_spaces([str(w) for w in workers])
-        request = Request(config.ctx_size, config.gpu_layers, config.draft_gpu_layers, config.devices, config.draft_devices,
-                          config.tensor_split)
-        self.placement: Placement = plan(model_size(config.target), model_size(config.draft) if config.draft else None, spaces, request)
+        request = Request(
+            config.ctx_size,
+            config.gpu_layers,
+            config.draft_gpu_layers,
+            config.devices,
+            config.draft_devices,
+            config.tensor_split,
+        )
+        self.placement: Placement = plan(
+            model_size(config.target), model_size(config.draft) if config.draft else None, spaces, request
+        )
         for warning in self.placement.warnings:
             warn(f"specrun: warning: {warning}")
         extra = extra_buffers_allowed(warn)
 
         def options(placed: ModelPlacement, load_mtp: bool = False) -> LoadOptions:
-            return LoadOptions(gpu_layers=placed.gpu_layers, use_extra_bufts=extra, devices=tuple(handles[n] for n in placed.offload),
-                               tensor_split=placed.tensor_split, mmap=config.mmap, mlock=config.mlock, load_mtp=load_mtp)
+            return LoadOptions(
+                gpu_layers=placed.gpu_layers,
+                use_extra_bufts=extra,
+                devices=tuple(handles[n] for n in placed.offload),
+                tensor_split=placed.tensor_split,
+                mmap=config.mmap,
+                mlock=config.mlock,
+                load_mtp=load_mtp,
+            )
 
         self.gpu_layers = self.placement.target.gpu_layers
         self.draft_gpu_layers = self.placement.draft.gpu_layers if self.placement.draft else 0
         self.mtp_chain = mtp_chain(config.target)
         if self.mtp_chain is None and (heads := mtp_layers(config.target)):
-            warn(f"specrun: warning: {Path(config.target).name} has {heads} MTP heads, and {UNCHAINED_HEADS}; its heads are not used")
+            warn(
+                f"specrun: warning: {Path(config.target).name} has {heads} MTP heads, and {UNCHAINED_HEADS}; its heads are not used"
+            )
         self.target_model = Model(config.target, options(self.placement.target, load_mtp=self.mtp_chain is not None))
         self.draft_model = self.bridge = self.assistant_model = None
         if self.assisted:
@@ -140,17 +161,34 @@ class Pair:
     def models(self) -> Models:
         """What a session needs of this pair."""
         config = self.config
-        return Models(self.target_model, self.draft_model, self.bridge, self.drafting, Path(config.target),
-                      Path(config.draft) if config.draft else None, config.ctx_size, config.n_batch, self.threads,
-                      offloaded=bool(self.gpu_layers or self.draft_gpu_layers), costs_key=self.costs_key(), warn=self.warn,
-                      mtp_chain=self.mtp_chain, assistant=self.assistant_model)
+        return Models(
+            self.target_model,
+            self.draft_model,
+            self.bridge,
+            self.drafting,
+            Path(config.target),
+            Path(config.draft) if config.draft else None,
+            config.ctx_size,
+            config.n_batch,
+            self.threads,
+            offloaded=bool(self.gpu_layers or self.draft_gpu_layers),
+            costs_key=self.costs_key(),
+            warn=self.warn,
+            mtp_chain=self.mtp_chain,
+            assistant=self.assistant_model,
+        )
 
     def costs_key(self) -> str:
         """The cost cache's key for this pair: models, threads, offload, build and placement."""
         config = self.config
-        return cost_cache.cache_key(Path(config.target), Path(config.draft) if config.draft else None, threads=self.threads,
-                                    gpu_layers=self.gpu_layers, draft_gpu_layers=self.draft_gpu_layers,
-                                    build=engine_lib.system_info() + self.placement.key())
+        return cost_cache.cache_key(
+            Path(config.target),
+            Path(config.draft) if config.draft else None,
+            threads=self.threads,
+            gpu_layers=self.gpu_layers,
+            draft_gpu_layers=self.draft_gpu_layers,
+            build=engine_lib.system_info() + self.placement.key(),
+        )
 
     @property
     def n_ctx(self) -> int:
@@ -160,7 +198,9 @@ class Pair:
     def has_draft(self) -> bool:
         return self.draft_model is not None
 
-    def prompt_tokens(self, prompt: str, *, chat: bool = True, system: str | None = None, variables: Mapping | None = None) -> list[int]:
+    def prompt_tokens(
+        self, prompt: str, *, chat: bool = True, system: str | None = None, variables: Mapping | None = None
+    ) -> list[int]:
         """Tokenize a prompt, formatted with the target's chat template unless `chat` is False;
         `variables` reach the template (e.g. {"enable_thinking": False})."""
         if chat:
@@ -181,7 +221,9 @@ class Pair:
         """A generation on the pair's own session (see Session.generation)."""
         return self.session.generation(tokens, settings, mode=mode)
 
-    def stream(self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None) -> Iterator[Step]:
+    def stream(
+        self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None
+    ) -> Iterator[Step]:
         """Generate, yielding steps; the generation's `stats` are complete when the iterator ends."""
         return self.generation(prompt_tokens, settings, mode=mode).run()
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -82,8 +82,13 @@ class Share:
         return f"{self.device}[{self.endpoint}]" if self.endpoint else self.device
 
     def to_dict(self) -> dict:
-        return {"device": self.device, "endpoint": self.endpoint, "layers": self.layers, "bytes": self.bytes,
-                "output_layer": self.output}
+        return {
+            "device": self.device,
+            "endpoint": self.endpoint,
+            "layers": self.layers,
+            "bytes": self.bytes,
+            "output_layer": self.output,
+        }
 
 
 @dataclass(frozen=True)
@@ -98,13 +103,19 @@ class ModelPlacement:
 
     def describe(self) -> str:
         """'14/28 layers RPC0[10.0.0.2:50052] (0.6 GB) + 14/28 CPU (0.7 GB)'."""
-        parts = [f"{s.layers}/{self.n_layer}{' layers' if not i else ''} {s.label} ({size_text(s.bytes)})"
-                 for i, s in enumerate(s for s in self.shares if s.layers or s.output)]
+        parts = [
+            f"{s.layers}/{self.n_layer}{' layers' if not i else ''} {s.label} ({size_text(s.bytes)})"
+            for i, s in enumerate(s for s in self.shares if s.layers or s.output)
+        ]
         return " + ".join(parts)
 
     def to_dict(self) -> dict:
-        return {"n_layer": self.n_layer, "gpu_layers": self.gpu_layers, "devices": [s.to_dict() for s in self.shares],
-                "tensor_split": list(self.tensor_split) if self.tensor_split else None}
+        return {
+            "n_layer": self.n_layer,
+            "gpu_layers": self.gpu_layers,
+            "devices": [s.to_dict() for s in self.shares],
+            "tensor_split": list(self.tensor_split) if self.tensor_split else None,
+        }
 
     def signature(self) -> list:
         """Devices, endpoints and layers: what decode speed depends on."""
@@ -125,6 +136,7 @@ class Placement:
 
     def brief(self) -> str:
         """The summary's form: 'target RPC0[10.0.0.2:50052] 14 + CPU 14 layers, draft CPU'."""
+
         def short(placed: ModelPlacement) -> str:
             parts = [s for s in placed.shares if s.layers or s.output]
             if len(parts) == 1:
@@ -179,7 +191,9 @@ def layer_devices(n_layer: int, gpu_layers: int, splits: Sequence[float]) -> lis
     return out
 
 
-def usage(size: ModelSize, n_ctx: int, assignment: Sequence[int | None], n_devices: int) -> tuple[list[int], list[int], int | None]:
+def usage(
+    size: ModelSize, n_ctx: int, assignment: Sequence[int | None], n_devices: int
+) -> tuple[list[int], list[int], int | None]:
     """(bytes per offload device, layers per offload device, the output layer's device) for an
     assignment; the CPU's part is what is left."""
     nbytes, layers = [0] * n_devices, [0] * n_devices
@@ -193,7 +207,9 @@ def usage(size: ModelSize, n_ctx: int, assignment: Sequence[int | None], n_devic
     return nbytes, layers, output
 
 
-def fit_gpu_layers(size: ModelSize, n_ctx: int, splits: Sequence[float], budgets: Sequence[int], most: int | None = None) -> int:
+def fit_gpu_layers(
+    size: ModelSize, n_ctx: int, splits: Sequence[float], budgets: Sequence[int], most: int | None = None
+) -> int:
     """The most layers (llama.cpp's count, at most `most`) whose share of each device fits its budget."""
     n_all = size.n_layer + 1
     for ngl in range(min(n_all, n_all if most is None else most), 0, -1):
@@ -203,8 +219,9 @@ def fit_gpu_layers(size: ModelSize, n_ctx: int, splits: Sequence[float], budgets
     return 0
 
 
-def model_placement(size: ModelSize, n_ctx: int, offload: Sequence[DeviceSpace], gpu_layers: int,
-                    splits: Sequence[float]) -> ModelPlacement:
+def model_placement(
+    size: ModelSize, n_ctx: int, offload: Sequence[DeviceSpace], gpu_layers: int, splits: Sequence[float]
+) -> ModelPlacement:
     """The placement llama.cpp makes of `size` with these devices, layers and split."""
     n_all = size.n_layer + 1
     ngl = n_all if gpu_layers < 0 else min(gpu_layers, n_all)
@@ -212,7 +229,11 @@ def model_placement(size: ModelSize, n_ctx: int, offload: Sequence[DeviceSpace],
         ngl = 0
     assignment = layer_devices(size.n_layer, ngl, splits)
     nbytes, layers, output = usage(size, n_ctx, assignment, len(offload))
-    shares = [Share(d.name, d.endpoint, layers[i], nbytes[i], output == i) for i, d in enumerate(offload) if layers[i] or output == i]
+    shares = [
+        Share(d.name, d.endpoint, layers[i], nbytes[i], output == i)
+        for i, d in enumerate(offload)
+        if layers[i] or output == i
+    ]
     on_cpu = [il for il in range(size.n_layer) if assignment[il] is None]
     cpu_bytes = size.input_bytes + sum(size.layer_bytes[il] + size.kv_bytes(n_ctx) for il in on_cpu)
     cpu_bytes += size.output_bytes if output is None else 0
@@ -234,14 +255,18 @@ def resolve_devices(names: Sequence[str], devices: Sequence[DeviceSpace], flag: 
     out: list[DeviceSpace] = []
     for name in wanted:
         if name.lower() in NO_OFFLOAD:
-            raise InputError(f"{flag}: '{name}' means no offload and cannot be combined with other devices",
-                             f"give {flag} {name} alone, or only offload devices")
+            raise InputError(
+                f"{flag}: '{name}' means no offload and cannot be combined with other devices",
+                f"give {flag} {name} alone, or only offload devices",
+            )
         found = [d for d in offloadable if name.lower() in (d.name.lower(), d.label.lower())]
         if name.upper().startswith("RPC[") and not found:
             found = [d for d in offloadable if d.endpoint and f"rpc[{d.endpoint}]" == name.lower()]
         if not found:
             known = ", ".join(["cpu"] + [d.label for d in offloadable])
-            raise InputError(f"{flag}: unknown device '{name}'", f"available here: {known} (`specrun doctor` lists them)")
+            raise InputError(
+                f"{flag}: unknown device '{name}'", f"available here: {known} (`specrun doctor` lists them)"
+            )
         out += [d for d in found if d not in out]
     return out
 
@@ -259,10 +284,16 @@ def _space_left(devices: Sequence[DeviceSpace], taken: dict[str, int]) -> list[D
 def place_draft(size: ModelSize, request: Request, devices: Sequence[DeviceSpace]) -> tuple[ModelPlacement, list[str]]:
     """The draft first: whole on the first candidate it fits on, else the CPU (auto); or as asked."""
     named = request.draft_devices is not None
-    candidates = resolve_devices(request.draft_devices, devices, "--draft-device") if named else default_offload(devices, remote=False)
+    candidates = (
+        resolve_devices(request.draft_devices, devices, "--draft-device")
+        if named
+        else default_offload(devices, remote=False)
+    )
     warnings: list[str] = []
     if request.draft_gpu_layers is not None:
-        return model_placement(size, request.ctx_size, candidates, request.draft_gpu_layers, [d.free for d in candidates]), warnings
+        return model_placement(
+            size, request.ctx_size, candidates, request.draft_gpu_layers, [d.free for d in candidates]
+        ), warnings
     n_all = size.n_layer + 1
     for device in candidates:
         need = usage(size, request.ctx_size, [0] * n_all, 1)[0][0]
@@ -282,11 +313,15 @@ def place_target(size: ModelSize, request: Request, devices: Sequence[DeviceSpac
     if request.tensor_split is not None:
         split = list(request.tensor_split)
         if not order:
-            raise InputError("--tensor-split has nothing to split: the target has no device besides the CPU",
-                             "drop --tensor-split, or add devices with --rpc or --device")
+            raise InputError(
+                "--tensor-split has nothing to split: the target has no device besides the CPU",
+                "drop --tensor-split, or add devices with --rpc or --device",
+            )
         if len(split) != len(order):
-            raise InputError(f"--tensor-split gives {len(split)} proportions for {len(order)} devices ({', '.join(order)})",
-                             f"give one proportion per device, in that order, e.g. --tensor-split {','.join(['1'] * len(order))}")
+            raise InputError(
+                f"--tensor-split gives {len(split)} proportions for {len(order)} devices ({', '.join(order)})",
+                f"give one proportion per device, in that order, e.g. --tensor-split {','.join(['1'] * len(order))}",
+            )
         if any(s < 0 for s in split) or sum(split) <= 0:
             raise InputError("--tensor-split needs proportions of 0 or more, not all 0", "e.g. --tensor-split 3,1")
     else:
@@ -316,6 +351,8 @@ def plan(target: ModelSize, draft: ModelSize | None, devices: Sequence[DeviceSpa
     for share in target_placement.shares:
         device = left.get(share.device)
         if share.device != CPU and device is not None and share.bytes > device.budget:
-            warnings.append(f"the target's {share.layers} layers on {share.label} need {size_text(share.bytes)} but it has "
-                            f"{size_text(device.budget)} to spare: loading may fail (try --gpu-layers auto)")
+            warnings.append(
+                f"the target's {share.layers} layers on {share.label} need {size_text(share.bytes)} but it has "
+                f"{size_text(device.budget)} to spare: loading may fail (try --gpu-layers auto)"
+            )
     return Placement(target_placement, draft_placement, tuple(warnings))

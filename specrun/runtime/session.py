@@ -9,9 +9,9 @@ the next process. The fixed modes start every generation afresh.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 from .. import defaults
 from ..engine.auto.control import LEARNED_WEIGHT, Controller
@@ -20,8 +20,8 @@ from ..engine.auto.costs import measure as measure_costs
 from ..engine.auto.drift import DISAGREE
 from ..engine.drafting.model import ModelDrafter, VocabBridge
 from ..engine.drafting.mtp import AssistantDrafter, MtpDrafter
-from ..engine.drafting.text import TextDrafter
 from ..engine.drafting.prompt_lookup import PromptLookup
+from ..engine.drafting.text import TextDrafter
 from ..engine.generation import Generation, Step
 from ..engine.llama import Context, Model
 from ..engine.sequence import GenerationSettings
@@ -62,12 +62,18 @@ class Session:
     """Contexts of `n_seq` sequences (a pool of `n_seq_pool` sequences' worth of cells) on the
     models, the engine over them, and what speculation learns across generations."""
 
-    def __init__(self, models: Models, *, n_seq: int = 1, n_seq_pool: int | None = None, costs: DecodeCosts | None = None):
+    def __init__(
+        self, models: Models, *, n_seq: int = 1, n_seq_pool: int | None = None, costs: DecodeCosts | None = None
+    ):
         self.models = models
-        common = dict(n_ctx=models.ctx_size, n_threads=models.threads, n_batch=models.n_batch, n_seq=n_seq, n_seq_pool=n_seq_pool)
+        common = dict(
+            n_ctx=models.ctx_size, n_threads=models.threads, n_batch=models.n_batch, n_seq=n_seq, n_seq_pool=n_seq_pool
+        )
         assistant = models.assistant
         heads = models.target.mtp_heads > 0 and assistant is None
-        self.target_ctx = Context(models.target, rollback=defaults.RECURRENT_K_MAX, hidden=heads or assistant is not None, **common)
+        self.target_ctx = Context(
+            models.target, rollback=defaults.RECURRENT_K_MAX, hidden=heads or assistant is not None, **common
+        )
         self.draft_ctx = Context(models.draft, **common) if models.draft is not None else None
         if assistant is not None:  # made while the target's cache is empty: making it empties that cache
             self.head_ctx = Context(assistant, head=True, other=self.target_ctx, **common)
@@ -75,7 +81,11 @@ class Session:
             self.head_ctx = Context(models.target, head=True, **common) if heads else None
         model = None
         if self.draft_ctx is not None:
-            model = TextDrafter(self.draft_ctx, models.target) if models.drafting == "text" else ModelDrafter(self.draft_ctx, bridge=models.bridge)
+            model = (
+                TextDrafter(self.draft_ctx, models.target)
+                if models.drafting == "text"
+                else ModelDrafter(self.draft_ctx, bridge=models.bridge)
+            )
         chained = models.target.mtp_heads if models.mtp_chain == "chained" else 0
         others = []
         if assistant is not None:
@@ -119,19 +129,26 @@ class Session:
         """Refuse a mode this session cannot run, before anything else happens."""
         require_mode(mode)
         if mode in ("draft", "hybrid", defaults.TEXT) and not self.has_draft and self.models.assistant is not None:
-            raise InputError(f"--spec {mode} drafts with a draft model, and {self.models.draft_path.name} is a Gemma 4 MTP assistant",
-                             "use --spec mtp (or auto, the default) with the assistant")
+            raise InputError(
+                f"--spec {mode} drafts with a draft model, and {self.models.draft_path.name} is a Gemma 4 MTP assistant",
+                "use --spec mtp (or auto, the default) with the assistant",
+            )
         if mode in ("draft", "hybrid", defaults.TEXT) and not self.has_draft:
             raise InputError(f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec ngram or off")
         if mode == defaults.MTP and self.mtp is None:
-            raise IncompatibleModelsError(f"--spec mtp drafts with the target's multi-token-prediction heads, and {self.models.target_path.name} has none",
-                                          "use a model with MTP layers (Qwen3.5/3.6, GLM-4.5), or --spec auto, ngram or draft")
+            raise IncompatibleModelsError(
+                f"--spec mtp drafts with the target's multi-token-prediction heads, and {self.models.target_path.name} has none",
+                "use a model with MTP layers (Qwen3.5/3.6, GLM-4.5), or --spec auto, ngram or draft",
+            )
         if mode == defaults.TEXT and self.models.drafting != "text":
-            raise InputError("--spec text drafts with a model of another vocabulary, and this draft shares the target's",
-                             "use --spec draft (or auto) with this pair")
+            raise InputError(
+                "--spec text drafts with a model of another vocabulary, and this draft shares the target's",
+                "use --spec draft (or auto) with this pair",
+            )
 
-    def policy(self, mode: str, settings: GenerationSettings, *, fresh: bool = False,
-               verifier: Verifier | None = None) -> tuple[Policy, PromptLookup | None]:
+    def policy(
+        self, mode: str, settings: GenerationSettings, *, fresh: bool = False, verifier: Verifier | None = None
+    ) -> tuple[Policy, PromptLookup | None]:
         """How a generation in `mode` speculates with the settings' K and tuning; under auto, also
         the prompt lookup that lives as long as the session. A `verifier` other than the real one
         (a benchmark's synthetic acceptance) gets an auto state of its own that starts from nothing
@@ -144,21 +161,38 @@ class Session:
             k = min(k, self.mtp.k_max)
         if self.rewind_limit == 0 and mode != "off" and not self._said_plain:
             self._said_plain = True
-            self.models.warn(f"specrun: {self.models.target_path.name}'s cache cannot take tokens back, so every mode decodes plain")
-        tuning = dict(ngrams=(settings.ngram_min, settings.ngram_max), draft_p_min=settings.draft_p_min, draft_min=settings.draft_min)
+            self.models.warn(
+                f"specrun: {self.models.target_path.name}'s cache cannot take tokens back, so every mode decodes plain"
+            )
+        tuning = dict(
+            ngrams=(settings.ngram_min, settings.ngram_max),
+            draft_p_min=settings.draft_p_min,
+            draft_min=settings.draft_min,
+        )
         if mode == "off" or k <= 0:
             return Policy("off", 0), None
         checked = {} if verifier is None else {"verifier": verifier}
         if mode != "auto":
             return Policy(mode, k, **tuning, **checked), None
         if verifier is not None:
-            controller, lookup = self.controller(k, min(k, defaults.DRAFT_MAX)), PromptLookup(*tuning["ngrams"], k_max=k)
+            controller, lookup = (
+                self.controller(k, min(k, defaults.DRAFT_MAX)),
+                PromptLookup(*tuning["ngrams"], k_max=k),
+            )
         else:
             controller, lookup = self._auto_state(k, min(k, defaults.DRAFT_MAX), tuning["ngrams"], fresh)
         return Policy("auto", k, controller, **tuning, **checked), lookup
 
-    def generation(self, tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None, fresh: bool = False,
-                   on_step: Callable[[Update], None] | None = None, verifier: Verifier | None = None) -> Generation:
+    def generation(
+        self,
+        tokens: Sequence[int],
+        settings: GenerationSettings,
+        *,
+        mode: str | None = None,
+        fresh: bool = False,
+        on_step: Callable[[Update], None] | None = None,
+        verifier: Verifier | None = None,
+    ) -> Generation:
         """A generation of `tokens` in `mode` (None: the default mode): "off" (plain decoding),
         "draft" (the draft model), "ngram" (prompt lookup), "hybrid" (lookup when it has a confident
         match, else the draft model) or "auto" (chosen per step from measured costs and acceptance).
@@ -183,7 +217,9 @@ class Session:
     def controller(self, k_max: int, k_start: int | None = None) -> Controller:
         """A controller seeded from the decode costs (measured now when none are known)."""
         model, mtp = self.engine.model, self.mtp
-        names = [defaults.LOOKUP] + ([model.name] if model is not None else []) + ([mtp.name] if mtp is not None else [])
+        names = (
+            [defaults.LOOKUP] + ([model.name] if model is not None else []) + ([mtp.name] if mtp is not None else [])
+        )
         caps = {mtp.name: mtp.k_max} if mtp is not None and mtp.k_max is not None else {}
         controller = Controller(names, k_max=k_max, k_start=k_start or min(k_max, defaults.DRAFT_MAX), caps=caps)
         costs = self.decode_costs()
@@ -195,7 +231,9 @@ class Session:
         controller.seed(costs.verify_s, passes or None)
         return controller
 
-    def _auto_state(self, k_max: int, k_start: int, ngrams: tuple[int, int], fresh: bool) -> tuple[Controller, PromptLookup]:
+    def _auto_state(
+        self, k_max: int, k_start: int, ngrams: tuple[int, int], fresh: bool
+    ) -> tuple[Controller, PromptLookup]:
         """The controller and its lookup, kept across generations and started from what earlier
         runs learned (specrun's cache); with `fresh` every generation gets new ones."""
         key = (k_max, ngrams)
@@ -229,7 +267,9 @@ class Session:
             cost_cache.drop(self.models.costs_key)
         if not fresh:
             ngrams = (settings.ngram_min, settings.ngram_max)
-            cost_cache.LEARNED.put(self._learned_key(ngrams), {"controller": controller.learned(), "lookup": lookup.state()})
+            cost_cache.LEARNED.put(
+                self._learned_key(ngrams), {"controller": controller.learned(), "lookup": lookup.state()}
+            )
 
     # -- decode costs ------------------------------------------------------------------------
 
@@ -248,7 +288,9 @@ class Session:
             if self.costs is not None and self.mtp is not None and not self.costs.mtp_s:
                 self.costs = None  # kept before this target's head was timed
             if self.costs is None:
-                models.warn("specrun: measuring decode costs for these models and settings (a few seconds; kept for next time)")
+                models.warn(
+                    "specrun: measuring decode costs for these models and settings (a few seconds; kept for next time)"
+                )
                 self.costs = self.measure()
                 rejected = cost_cache.store(models.costs_key, self.costs, models.threads)
                 if rejected:
@@ -259,10 +301,21 @@ class Session:
         """Time target passes by batch size and draft passes by rows on one sequence (emptied
         afterwards), at the sizes `parallel` sequences decoded together need (default: this
         session's)."""
-        tokens = self.models.target.tokenize(defaults.CALIBRATION_TEXT, add_special=True, parse_special=False)[:defaults.CALIBRATION_TOKENS]
+        tokens = self.models.target.tokenize(defaults.CALIBRATION_TEXT, add_special=True, parse_special=False)[
+            : defaults.CALIBRATION_TOKENS
+        ]
         verify, draft = calibration_sizes(parallel or self.parallel, self.target_ctx.n_ctx - len(tokens))
-        return measure_costs(self.target_ctx, self.draft_ctx, tokens, verify, threads=self.models.threads,
-                             offloaded=self.models.offloaded, draft_sizes=draft, seq=seq, head=self.head_ctx)
+        return measure_costs(
+            self.target_ctx,
+            self.draft_ctx,
+            tokens,
+            verify,
+            threads=self.models.threads,
+            offloaded=self.models.offloaded,
+            draft_sizes=draft,
+            seq=seq,
+            head=self.head_ctx,
+        )
 
     def close(self) -> None:
         self.engine.close()

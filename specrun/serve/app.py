@@ -15,7 +15,7 @@ import json
 import os
 import re
 import sys
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,19 +27,37 @@ from starlette.middleware.cors import CORSMiddleware
 
 from .guards import BearerAuth, BodyLimit, JsonOnly, LoopbackHostOnly
 from .reasoning import ChatText
-from .schemas import MAX_TOKENS_FIELDS, ChatRequest, CompletionRequest, chat_chunk, chat_response, completion_response, error_body, new_id
+from .schemas import (
+    MAX_TOKENS_FIELDS,
+    ChatRequest,
+    CompletionRequest,
+    chat_chunk,
+    chat_response,
+    completion_response,
+    error_body,
+    new_id,
+)
 from .service import RequestError, Service
 from .worker import EngineStopped, Event, Handle, QueueFull, ShuttingDown
 
 CLIENT_GONE = 499  # nginx's status for a client that closed the connection; nobody receives it
-UNION_TAG = re.compile(r"[\[\]\-,]|^(str|int|float|bool|dict|list|none)$")  # pydantic's names of a union's members in an error's loc
+UNION_TAG = re.compile(
+    r"[\[\]\-,]|^(str|int|float|bool|dict|list|none)$"
+)  # pydantic's names of a union's members in an error's loc
 
 
 class ApiError(Exception):
     """An error response: status, OpenAI's envelope, headers."""
 
-    def __init__(self, status: int, message: str, kind: str, param: str | None = None, code: str | None = None,
-                 headers: dict | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.body = error_body(message, kind, param, code)
@@ -64,8 +82,10 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
         state = service.worker.snapshot()
         failure = service.worker.failure()
         if failure is not None:
-            return JSONResponse({"status": "error", "reason": f"the engine stopped ({failure}); restart the server", **state},
-                                status_code=503)
+            return JSONResponse(
+                {"status": "error", "reason": f"the engine stopped ({failure}); restart the server", **state},
+                status_code=503,
+            )
         status = "shutting_down" if state["draining"] else "ok"
         return JSONResponse({"status": status, **state}, status_code=503 if state["draining"] else 200)
 
@@ -93,8 +113,14 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
                     return None
                 return _tokens(chat_chunk(rid, model, delta), ev.tokens, body)
 
-            return _stream(handle, events, first, piece, lambda ev: chat_chunk(rid, model, {}, ev.finish_reason, ev.report),
-                           body.return_tokens)
+            return _stream(
+                handle,
+                events,
+                first,
+                piece,
+                lambda ev: chat_chunk(rid, model, {}, ev.finish_reason, ev.report),
+                body.return_tokens,
+            )
         answer = await _collect(handle, events, request)
         if answer is None:
             return Response(status_code=CLIENT_GONE)
@@ -108,10 +134,18 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
         rid = new_id("cmpl")
         handle, events = _submit(service, job, body.stream)
         if body.stream:
-            return _stream(handle, events, None,
-                           lambda ev: _tokens(completion_response(rid, model, ev.text, None), ev.tokens, body)
-                           if ev.text or (body.return_tokens and ev.tokens) else None,
-                           lambda ev: completion_response(rid, model, "", ev.finish_reason, ev.report), body.return_tokens)
+            return _stream(
+                handle,
+                events,
+                None,
+                lambda ev: (
+                    _tokens(completion_response(rid, model, ev.text, None), ev.tokens, body)
+                    if ev.text or (body.return_tokens and ev.tokens)
+                    else None
+                ),
+                lambda ev: completion_response(rid, model, "", ev.finish_reason, ev.report),
+                body.return_tokens,
+            )
         answer = await _collect(handle, events, request)
         if answer is None:
             return Response(status_code=CLIENT_GONE)
@@ -168,19 +202,36 @@ def _submit(service: Service, job, stream: bool) -> tuple[Handle, Feed]:
     except QueueFull as full:
         service.metrics.request(job.kind, "rejected")
         state = service.worker.snapshot()
-        raise ApiError(503, f"the server is busy ({state['active']} requests answering, {state['queued']} waiting); retry later",
-                       "server_error", None, "queue_full", {"Retry-After": str(full.retry_after)}) from None
+        raise ApiError(
+            503,
+            f"the server is busy ({state['active']} requests answering, {state['queued']} waiting); retry later",
+            "server_error",
+            None,
+            "queue_full",
+            {"Retry-After": str(full.retry_after)},
+        ) from None
     except ShuttingDown:
         service.metrics.request(job.kind, "rejected")
-        raise ApiError(503, "the server is shutting down", "server_error", None, "shutting_down", {"Retry-After": "5"}) from None
+        raise ApiError(
+            503, "the server is shutting down", "server_error", None, "shutting_down", {"Retry-After": "5"}
+        ) from None
     except EngineStopped as stopped:
         service.metrics.request(job.kind, "rejected")
-        raise ApiError(503, f"the engine stopped ({stopped.reason}); restart the server", "server_error", None, "engine_stopped") from None
+        raise ApiError(
+            503, f"the engine stopped ({stopped.reason}); restart the server", "server_error", None, "engine_stopped"
+        ) from None
 
 
 def _event_error(event: Event) -> ApiError:
     if event.error == "shutting_down":
-        return ApiError(503, event.message or "the server is shutting down", "server_error", None, "shutting_down", {"Retry-After": "5"})
+        return ApiError(
+            503,
+            event.message or "the server is shutting down",
+            "server_error",
+            None,
+            "shutting_down",
+            {"Retry-After": "5"},
+        )
     if event.error == "engine_stopped":
         return ApiError(503, event.message or "the engine stopped", "server_error", None, "engine_stopped")
     return ApiError(500, event.message or "the request failed", "server_error", None, event.error)
@@ -219,8 +270,14 @@ def _sse(payload) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
-def _stream(handle: Handle, events: Feed, first: dict | None, piece: Callable[[Event], dict | None],
-            last: Callable[[Event], dict], with_tokens: bool = False) -> StreamingResponse:
+def _stream(
+    handle: Handle,
+    events: Feed,
+    first: dict | None,
+    piece: Callable[[Event], dict | None],
+    last: Callable[[Event], dict],
+    with_tokens: bool = False,
+) -> StreamingResponse:
     """Server-sent events: an opening chunk, one chunk per step with new text (or new tokens, when
     they are asked for; `piece` gives None when a step has nothing to send), a final chunk with
     finish_reason, usage and timings, then [DONE]. A closed connection cancels the request."""
@@ -269,7 +326,9 @@ def _install_errors(app: FastAPI, service: Service) -> None:
             import traceback
 
             traceback.print_exception(error, file=sys.stderr)
-        return JSONResponse(error_body(f"internal error: {type(error).__name__}: {error}", "server_error"), status_code=500)
+        return JSONResponse(
+            error_body(f"internal error: {type(error).__name__}: {error}", "server_error"), status_code=500
+        )
 
 
 def validation_error(errors: list[dict]) -> ApiError:
@@ -279,16 +338,31 @@ def validation_error(errors: list[dict]) -> ApiError:
         return ApiError(400, "invalid request", "invalid_request_error")
     first = next((e for e in errors if not str(e.get("type", "")).endswith("_type")), errors[0])
     if first.get("type") == "json_invalid":
-        return ApiError(400, f"the request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])})",
-                        "invalid_request_error", None, "invalid_json")
+        return ApiError(
+            400,
+            f"the request body is not valid JSON ({first.get('ctx', {}).get('error', first['msg'])})",
+            "invalid_request_error",
+            None,
+            "invalid_json",
+        )
     param = _param(first.get("loc", ()))
     if param is None and first.get("type") in ("model_attributes_type", "dict_type", "model_type"):
-        return ApiError(400, "the request body must be a JSON object (sent with Content-Type: application/json)",
-                        "invalid_request_error", None, "invalid_json")
+        return ApiError(
+            400,
+            "the request body must be a JSON object (sent with Content-Type: application/json)",
+            "invalid_request_error",
+            None,
+            "invalid_json",
+        )
     where = f"{param}: " if param else ""
     if first.get("type") == "extra_forbidden":
-        return ApiError(400, f"{where}unknown parameter (this server refuses what it does not implement rather than ignore it)",
-                        "invalid_request_error", param, "unknown_parameter")
+        return ApiError(
+            400,
+            f"{where}unknown parameter (this server refuses what it does not implement rather than ignore it)",
+            "invalid_request_error",
+            param,
+            "unknown_parameter",
+        )
     return ApiError(400, f"{where}{first['msg']}", "invalid_request_error", param, first.get("type"))
 
 
@@ -313,8 +387,13 @@ def _install_guards(app: FastAPI, service: Service, loopback: bool) -> None:
     if options.api_key:
         app.add_middleware(BearerAuth, key=options.api_key)
     if options.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(options.cors_origins), allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type"], max_age=600)
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(options.cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+            max_age=600,
+        )
     if loopback:
         app.add_middleware(LoopbackHostOnly)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from .schemas import error_body
 
@@ -31,7 +31,9 @@ Send = Callable[[dict], Awaitable[None]]
 def is_loopback(host: str) -> bool:
     """Whether `host` (a name or an address, no port) is reachable from this machine only."""
     host = host.lower().rstrip(".")
-    if host in LOOPBACK_NAMES or host.endswith(".localhost"):  # *.localhost: loopback by RFC 6761, as browsers resolve it
+    if host in LOOPBACK_NAMES or host.endswith(
+        ".localhost"
+    ):  # *.localhost: loopback by RFC 6761, as browsers resolve it
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -43,7 +45,7 @@ def host_of(header: str) -> str | None:
     """The name or address of a Host header (`name`, `name:port`, `[v6]`, `[v6]:port`); None if malformed."""
     if header.startswith("["):
         end = header.find("]")
-        rest = header[end + 1:] if end > 0 else None
+        rest = header[end + 1 :] if end > 0 else None
         if rest is None or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
             return None
         return header[1:end]
@@ -82,9 +84,15 @@ class LoopbackHostOnly:
                 text = header.decode("latin-1").strip()
                 host = host_of(text)
                 if host is None or not is_loopback(host):
-                    await refuse(send, 403, f"Host {text!r} is not a name of this machine: the server listens on loopback and "
-                                 "answers requests addressed to localhost, 127.0.0.1 or [::1] only (start it with --host "
-                                 "and --api-key to serve other names)", "invalid_request_error", "host_not_allowed")
+                    await refuse(
+                        send,
+                        403,
+                        f"Host {text!r} is not a name of this machine: the server listens on loopback and "
+                        "answers requests addressed to localhost, 127.0.0.1 or [::1] only (start it with --host "
+                        "and --api-key to serve other names)",
+                        "invalid_request_error",
+                        "host_not_allowed",
+                    )
                     return
         await self.app(scope, receive, send)
 
@@ -100,8 +108,13 @@ class BearerAuth:
         if scope["type"] == "http" and scope["path"].startswith(PROTECTED):
             given = _header(scope, b"authorization") or b""
             if not hmac.compare_digest(given, self.expected):
-                await refuse(send, 401, "invalid or missing API key (send Authorization: Bearer <key>)",
-                             "authentication_error", "invalid_api_key")
+                await refuse(
+                    send,
+                    401,
+                    "invalid or missing API key (send Authorization: Bearer <key>)",
+                    "authentication_error",
+                    "invalid_api_key",
+                )
                 return
         await self.app(scope, receive, send)
 
@@ -117,8 +130,13 @@ class JsonOnly:
             given = (_header(scope, b"content-type") or b"").decode("latin-1")
             if given.split(";", 1)[0].strip().lower() != "application/json":
                 shown = f"Content-Type {given!r}" if given else "no Content-Type"
-                await refuse(send, 415, f"the request body must be JSON sent with Content-Type: application/json ({shown} was sent)",
-                             "invalid_request_error", "unsupported_media_type")
+                await refuse(
+                    send,
+                    415,
+                    f"the request body must be JSON sent with Content-Type: application/json ({shown} was sent)",
+                    "invalid_request_error",
+                    "unsupported_media_type",
+                )
                 return
         await self.app(scope, receive, send)
 
@@ -133,7 +151,9 @@ class BodyLimit:
         self.limit = limit
 
     def _message(self) -> str:
-        return f"the request body is larger than this server takes ({self.limit} bytes; start it with a larger --max-body)"
+        return (
+            f"the request body is larger than this server takes ({self.limit} bytes; start it with a larger --max-body)"
+        )
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -141,7 +161,9 @@ class BodyLimit:
             return
         length = (_header(scope, b"content-length") or b"").strip()
         if length.isdigit() and int(length) > self.limit:
-            await refuse(send, 413, self._message(), "invalid_request_error", "request_too_large", {"Connection": "close"})
+            await refuse(
+                send, 413, self._message(), "invalid_request_error", "request_too_large", {"Connection": "close"}
+            )
             return
         received = 0
         refused = False
@@ -157,7 +179,14 @@ class BodyLimit:
                 if received > self.limit:
                     refused = True
                     if not started:
-                        await refuse(send, 413, self._message(), "invalid_request_error", "request_too_large", {"Connection": "close"})
+                        await refuse(
+                            send,
+                            413,
+                            self._message(),
+                            "invalid_request_error",
+                            "request_too_large",
+                            {"Connection": "close"},
+                        )
                     return {"type": "http.disconnect"}
             return message
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter, deque
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 SPEED_BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 500.0)
@@ -132,35 +132,117 @@ class Metrics:
             def family(name: str, kind: str, help_text: str, lines: list[str]) -> None:
                 out.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *lines])
 
-            family("specrun_requests_total", "counter", "Requests by endpoint and outcome.",
-                   [f'specrun_requests_total{{endpoint="{e}",outcome="{o}"}} {n}' for (e, o), n in sorted(self.requests.items())])
-            family("specrun_prompt_tokens_total", "counter", "Prompt tokens of answered requests.", [f"specrun_prompt_tokens_total {self.prompt_tokens}"])
-            family("specrun_prompt_tokens_cached_total", "counter", "Prompt tokens found in the cache instead of read.",
-                   [f"specrun_prompt_tokens_cached_total {self.cached_tokens}"])
-            family("specrun_generated_tokens_total", "counter", "Tokens generated.", [f"specrun_generated_tokens_total {self.generated_tokens}"])
-            family("specrun_draft_tokens_total", "counter", "Draft tokens verified.", [f"specrun_draft_tokens_total {sum(self.drafted.values())}"])
-            family("specrun_draft_tokens_accepted_total", "counter", "Draft tokens accepted.",
-                   [f"specrun_draft_tokens_accepted_total {sum(self.accepted.values())}"])
-            family("specrun_drafter_tokens_total", "counter", "Draft tokens verified, by drafter (ngram: prompt lookup; draft: the draft model).",
-                   [f'specrun_drafter_tokens_total{{drafter="{d}"}} {n}' for d, n in sorted(self.drafted.items())])
-            family("specrun_drafter_tokens_accepted_total", "counter", "Draft tokens accepted, by drafter.",
-                   [f'specrun_drafter_tokens_accepted_total{{drafter="{d}"}} {self.accepted[d]}' for d in sorted(self.drafted)])
-            family("specrun_draft_position_tokens_total", "counter", "Draft tokens verified at each draft position (1: the first).",
-                   [f'specrun_draft_position_tokens_total{{position="{p}"}} {n}' for p, n in sorted(self.drafted_at.items())])
-            family("specrun_draft_position_accepted_total", "counter", "Draft tokens accepted at each draft position.",
-                   [f'specrun_draft_position_accepted_total{{position="{p}"}} {self.accepted_at[p]}' for p in sorted(self.drafted_at)])
-            family("specrun_steps_total", "counter", "Target passes (one batch each).", [f"specrun_steps_total {self.steps}"])
-            family("specrun_batch_tokens", "histogram", "Tokens per target pass.", self.batch.lines("specrun_batch_tokens"))
-            family("specrun_time_to_first_token_seconds", "histogram", "From arrival to the first token.",
-                   self.ttft.lines("specrun_time_to_first_token_seconds"))
-            family("specrun_decode_tokens_per_second", "histogram", "Tokens after the first over the time after the first, per request.",
-                   self.speed.lines("specrun_decode_tokens_per_second"))
-            family("specrun_completion_seconds", "histogram", "From arrival to the last token.",
-                   self.completion.lines("specrun_completion_seconds"))
-            family("specrun_completion_seconds_mean", "gauge", f"Mean completion time of the last {RECENT} requests.",
-                   [f"specrun_completion_seconds_mean {_number(mean)}"])
-            family("specrun_completion_seconds_p95", "gauge", f"95th percentile of the completion time of the last {RECENT} requests.",
-                   [f"specrun_completion_seconds_p95 {_number(p95)}"])
+            family(
+                "specrun_requests_total",
+                "counter",
+                "Requests by endpoint and outcome.",
+                [
+                    f'specrun_requests_total{{endpoint="{e}",outcome="{o}"}} {n}'
+                    for (e, o), n in sorted(self.requests.items())
+                ],
+            )
+            family(
+                "specrun_prompt_tokens_total",
+                "counter",
+                "Prompt tokens of answered requests.",
+                [f"specrun_prompt_tokens_total {self.prompt_tokens}"],
+            )
+            family(
+                "specrun_prompt_tokens_cached_total",
+                "counter",
+                "Prompt tokens found in the cache instead of read.",
+                [f"specrun_prompt_tokens_cached_total {self.cached_tokens}"],
+            )
+            family(
+                "specrun_generated_tokens_total",
+                "counter",
+                "Tokens generated.",
+                [f"specrun_generated_tokens_total {self.generated_tokens}"],
+            )
+            family(
+                "specrun_draft_tokens_total",
+                "counter",
+                "Draft tokens verified.",
+                [f"specrun_draft_tokens_total {sum(self.drafted.values())}"],
+            )
+            family(
+                "specrun_draft_tokens_accepted_total",
+                "counter",
+                "Draft tokens accepted.",
+                [f"specrun_draft_tokens_accepted_total {sum(self.accepted.values())}"],
+            )
+            family(
+                "specrun_drafter_tokens_total",
+                "counter",
+                "Draft tokens verified, by drafter (ngram: prompt lookup; draft: the draft model).",
+                [f'specrun_drafter_tokens_total{{drafter="{d}"}} {n}' for d, n in sorted(self.drafted.items())],
+            )
+            family(
+                "specrun_drafter_tokens_accepted_total",
+                "counter",
+                "Draft tokens accepted, by drafter.",
+                [
+                    f'specrun_drafter_tokens_accepted_total{{drafter="{d}"}} {self.accepted[d]}'
+                    for d in sorted(self.drafted)
+                ],
+            )
+            family(
+                "specrun_draft_position_tokens_total",
+                "counter",
+                "Draft tokens verified at each draft position (1: the first).",
+                [
+                    f'specrun_draft_position_tokens_total{{position="{p}"}} {n}'
+                    for p, n in sorted(self.drafted_at.items())
+                ],
+            )
+            family(
+                "specrun_draft_position_accepted_total",
+                "counter",
+                "Draft tokens accepted at each draft position.",
+                [
+                    f'specrun_draft_position_accepted_total{{position="{p}"}} {self.accepted_at[p]}'
+                    for p in sorted(self.drafted_at)
+                ],
+            )
+            family(
+                "specrun_steps_total",
+                "counter",
+                "Target passes (one batch each).",
+                [f"specrun_steps_total {self.steps}"],
+            )
+            family(
+                "specrun_batch_tokens", "histogram", "Tokens per target pass.", self.batch.lines("specrun_batch_tokens")
+            )
+            family(
+                "specrun_time_to_first_token_seconds",
+                "histogram",
+                "From arrival to the first token.",
+                self.ttft.lines("specrun_time_to_first_token_seconds"),
+            )
+            family(
+                "specrun_decode_tokens_per_second",
+                "histogram",
+                "Tokens after the first over the time after the first, per request.",
+                self.speed.lines("specrun_decode_tokens_per_second"),
+            )
+            family(
+                "specrun_completion_seconds",
+                "histogram",
+                "From arrival to the last token.",
+                self.completion.lines("specrun_completion_seconds"),
+            )
+            family(
+                "specrun_completion_seconds_mean",
+                "gauge",
+                f"Mean completion time of the last {RECENT} requests.",
+                [f"specrun_completion_seconds_mean {_number(mean)}"],
+            )
+            family(
+                "specrun_completion_seconds_p95",
+                "gauge",
+                f"95th percentile of the completion time of the last {RECENT} requests.",
+                [f"specrun_completion_seconds_p95 {_number(p95)}"],
+            )
         for name, (help_text, value) in sorted(gauges.items()):
             out.extend([f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {_number(value)}"])
         return "\n".join(out) + "\n"

@@ -43,8 +43,11 @@ def report(state: SequenceState) -> dict:
     predicted_n = len(state.generated)
     steady = predicted_n - 1  # tokens after the first, over the time after the first: the decode speed
     return {
-        "usage": {"prompt_tokens": len(state.prompt), "completion_tokens": predicted_n,
-                  "total_tokens": len(state.prompt) + predicted_n},
+        "usage": {
+            "prompt_tokens": len(state.prompt),
+            "completion_tokens": predicted_n,
+            "total_tokens": len(state.prompt) + predicted_n,
+        },
         "timings": {
             "cache_n": state.cached,
             "prompt_n": prompt_n,

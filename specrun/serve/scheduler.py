@@ -15,8 +15,9 @@ answer length if smaller; they take as many steps as the class's running tokens 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Hashable, TypeVar
+from typing import Generic, TypeVar
 
 SCHEDULES = ("srpt", "fcfs")
 AGING = 0.5  # seconds of predicted time forgiven per second waited
@@ -129,7 +130,13 @@ class LengthEstimates:
         return est.tokens_per_step if est is not None else 1.0
 
 
-def predicted_seconds(prompt_tokens: int, remaining_tokens: float, tokens_per_step: float, *,
-                      prompt_token_seconds: float, step_seconds: float) -> float:
+def predicted_seconds(
+    prompt_tokens: int,
+    remaining_tokens: float,
+    tokens_per_step: float,
+    *,
+    prompt_token_seconds: float,
+    step_seconds: float,
+) -> float:
     """Seconds of service: reading the prompt, then the remaining tokens at the class's tokens per step."""
     return prompt_tokens * prompt_token_seconds + remaining_tokens / max(tokens_per_step, 1e-9) * step_seconds

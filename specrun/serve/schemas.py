@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
@@ -33,8 +33,11 @@ def _encodable(value: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise PydanticCustomError("unencodable_text", "text that UTF-8 cannot encode (a lone surrogate at character {at}); "
-                                  "send valid Unicode", {"at": error.start}) from None
+        raise PydanticCustomError(
+            "unencodable_text",
+            "text that UTF-8 cannot encode (a lone surrogate at character {at}); send valid Unicode",
+            {"at": error.start},
+        ) from None
     return value
 
 
@@ -81,7 +84,7 @@ def _neutral(base: Any, accepted: tuple, said: str, schema: dict) -> Any:
             raise _refused("not supported by this server", said)
         return value
 
-    return Annotated[Optional[base], AfterValidator(check), WithJsonSchema({"anyOf": [schema, {"type": "null"}]})]
+    return Annotated[base | None, AfterValidator(check), WithJsonSchema({"anyOf": [schema, {"type": "null"}]})]
 
 
 def _same(value, accepted) -> bool:
@@ -98,16 +101,30 @@ def _no_bias(value):
 
 
 Penalty = _neutral(float, (0,), "0 (no penalty)", {"const": 0})
-LogitBias = Annotated[Optional[dict[Text, float]], AfterValidator(_no_bias),
-                      WithJsonSchema({"anyOf": [{"type": "object", "additionalProperties": {"const": 0}}, {"type": "null"}]})]
-ResponseFormat = _neutral(JsonObject, ({"type": "text"},), '{"type": "text"}',
-                          {"type": "object", "properties": {"type": {"const": "text"}}, "required": ["type"], "additionalProperties": False})
+LogitBias = Annotated[
+    dict[Text, float] | None,
+    AfterValidator(_no_bias),
+    WithJsonSchema({"anyOf": [{"type": "object", "additionalProperties": {"const": 0}}, {"type": "null"}]}),
+]
+ResponseFormat = _neutral(
+    JsonObject,
+    ({"type": "text"},),
+    '{"type": "text"}',
+    {"type": "object", "properties": {"type": {"const": "text"}}, "required": ["type"], "additionalProperties": False},
+)
 NoTools = _neutral(list[JsonObject], ([],), "[] (no tools)", {"type": "array", "maxItems": 0})
-NoToolChoice = _neutral(Union[Text, JsonObject], ("none", "auto"), '"none" (or "auto", with no tools)', {"enum": ["none", "auto"]})
+NoToolChoice = _neutral(
+    Text | JsonObject, ("none", "auto"), '"none" (or "auto", with no tools)', {"enum": ["none", "auto"]}
+)
 NoObject = _neutral(JsonObject, (), "null", {"not": {}})
 NotTrue = _neutral(bool, (False,), "false", {"const": False})
 NoLogprobs = _neutral(Int, (0,), "0 (no log probabilities)", {"const": 0})
-TextOnly = _neutral(list[Literal["text", "audio"]], ([], ["text"]), '["text"]', {"type": "array", "items": {"const": "text"}, "maxItems": 1})
+TextOnly = _neutral(
+    list[Literal["text", "audio"]],
+    ([], ["text"]),
+    '["text"]',
+    {"type": "array", "items": {"const": "text"}, "maxItems": 1},
+)
 NoReasoning = _neutral(Text, (), "null (no reasoning effort can be asked of the models served here)", {"not": {}})
 MediumVerbosity = _neutral(Text, ("medium",), '"medium"', {"const": "medium"})
 NoSuffix = _neutral(Text, ("",), '"" (no suffix)', {"const": ""})
@@ -125,7 +142,7 @@ class TextPart(Strict):
 
 class Message(Strict):
     role: Literal["system", "developer", "user", "assistant"]
-    content: Union[Text, list[TextPart]]
+    content: Text | list[TextPart]
 
     def text(self) -> str:
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
@@ -133,25 +150,25 @@ class Message(Strict):
 
 class StreamOptions(Strict):
     include_usage: bool = False
-    include_obfuscation: Optional[bool] = None  # OpenAI's padding of streamed chunks; nothing to pad here
+    include_obfuscation: bool | None = None  # OpenAI's padding of streamed chunks; nothing to pad here
 
 
 class Sampling(Strict):
     """The fields both endpoints share."""
 
-    model: Optional[Text] = None
-    max_tokens: Optional[integer(ge=1)] = None
-    temperature: Optional[float] = Field(default=None, ge=0.0, le=2.0)
-    top_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    top_k: Optional[integer(ge=0, le=MAX_INT32)] = None
-    min_p: Optional[float] = Field(default=None, ge=0.0, le=1.0)
-    stop: Optional[Union[Text, Annotated[list[Text], Field(max_length=MAX_STOPS)]]] = None
-    seed: Optional[Int] = None  # any integer, as OpenAI's API takes it (used modulo 2**64)
-    n: Optional[integer(ge=1, le=1)] = None
+    model: Text | None = None
+    max_tokens: integer(ge=1) | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    top_k: integer(ge=0, le=MAX_INT32) | None = None
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    stop: Text | Annotated[list[Text], Field(max_length=MAX_STOPS)] | None = None
+    seed: Int | None = None  # any integer, as OpenAI's API takes it (used modulo 2**64)
+    n: integer(ge=1, le=1) | None = None
     stream: bool = False
-    stream_options: Optional[StreamOptions] = None
+    stream_options: StreamOptions | None = None
     return_tokens: bool = False  # as llama.cpp's server: the answer's token ids with its text
-    cache_prompt: Optional[bool] = None  # llama.cpp's server; caches are always reused here, which changes no answer
+    cache_prompt: bool | None = None  # llama.cpp's server; caches are always reused here, which changes no answer
 
     # Refused unless neutral: they change the answer, and this server does not implement them.
     logit_bias: LogitBias = None
@@ -159,12 +176,12 @@ class Sampling(Strict):
     frequency_penalty: Penalty = None
 
     # Accepted: they do not change the answer.
-    user: Optional[Text] = None
-    metadata: Optional[dict[Text, Text]] = None
-    store: Optional[bool] = None
-    service_tier: Optional[Text] = None
-    prompt_cache_key: Optional[Text] = None
-    safety_identifier: Optional[Text] = None
+    user: Text | None = None
+    metadata: dict[Text, Text] | None = None
+    store: bool | None = None
+    service_tier: Text | None = None
+    prompt_cache_key: Text | None = None
+    safety_identifier: Text | None = None
 
     def stops(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -174,8 +191,8 @@ class Sampling(Strict):
 
 class ChatRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: Optional[integer(ge=1)] = None
-    chat_template_kwargs: Optional[JsonObject] = None  # as llama-server and vLLM: variables for the chat template
+    max_completion_tokens: integer(ge=1) | None = None
+    chat_template_kwargs: JsonObject | None = None  # as llama-server and vLLM: variables for the chat template
 
     # Refused unless neutral.
     logprobs: NotTrue = None
@@ -192,15 +209,18 @@ class ChatRequest(Sampling):
     web_search_options: NoObject = None
 
     # Accepted: without tools they ask for nothing; a prediction only speeds an answer up, never changes it.
-    parallel_tool_calls: Optional[bool] = None
-    prediction: Optional[JsonObject] = None
+    parallel_tool_calls: bool | None = None
+    prediction: JsonObject | None = None
 
-    def answer_limit(self) -> Optional[int]:
+    def answer_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
 class CompletionRequest(Sampling):
-    prompt: Union[Annotated[Text, Field(min_length=1)], Annotated[list[Annotated[Text, Field(min_length=1)]], Field(min_length=1, max_length=1)]]
+    prompt: (
+        Annotated[Text, Field(min_length=1)]
+        | Annotated[list[Annotated[Text, Field(min_length=1)]], Field(min_length=1, max_length=1)]
+    )
 
     # Refused unless neutral.
     echo: NotTrue = None
@@ -211,7 +231,7 @@ class CompletionRequest(Sampling):
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
-    def answer_limit(self) -> Optional[int]:
+    def answer_limit(self) -> int | None:
         return self.max_tokens
 
 
@@ -228,19 +248,39 @@ def now() -> int:
     return int(time.time())
 
 
-def chat_response(rid: str, model: str, text: str, finish_reason: str, report: dict, reasoning: str | None = None) -> dict:
+def chat_response(
+    rid: str, model: str, text: str, finish_reason: str, report: dict, reasoning: str | None = None
+) -> dict:
     """A whole chat answer; a thinking model's reasoning apart from its content, as llama-server gives it."""
     message = {"role": "assistant", "content": text, **({"reasoning_content": reasoning} if reasoning else {})}
-    return {"id": rid, "object": "chat.completion", "created": now(), "model": model,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}], **report}
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": now(),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
+        **report,
+    }
 
 
 def chat_chunk(rid: str, model: str, delta: dict, finish_reason: str | None = None, report: dict | None = None) -> dict:
-    return {"id": rid, "object": "chat.completion.chunk", "created": now(), "model": model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}], **(report or {})}
+    return {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": now(),
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+        **(report or {}),
+    }
 
 
 def completion_response(rid: str, model: str, text: str, finish_reason: str | None, report: dict | None = None) -> dict:
     """A whole completion, or (chunk) one streamed piece of it: OpenAI uses the same object for both."""
-    return {"id": rid, "object": "text_completion", "created": now(), "model": model,
-            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}], **(report or {})}
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": now(),
+        "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+        **(report or {}),
+    }

@@ -16,7 +16,7 @@ import errno
 import signal
 import socket
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 import uvicorn
 
@@ -31,7 +31,9 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as error:
-        raise SpecrunError(f"cannot resolve --host {host} ({error.strerror})", "give an address such as 127.0.0.1 or 0.0.0.0") from None
+        raise SpecrunError(
+            f"cannot resolve --host {host} ({error.strerror})", "give an address such as 127.0.0.1 or 0.0.0.0"
+        ) from None
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -40,7 +42,9 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as error:
         sock.close()
         if error.errno == errno.EADDRINUSE:
-            raise SpecrunError(f"port {port} on {host} is in use", "stop the other server or pass another --port") from None
+            raise SpecrunError(
+                f"port {port} on {host} is in use", "stop the other server or pass another --port"
+            ) from None
         raise SpecrunError(f"cannot listen on {host}:{port} ({error.strerror})", "check --host and --port") from None
     sock.listen(2048)
     sock.set_inheritable(True)
@@ -94,8 +98,14 @@ def make_server(service: Service, grace: float, sock: socket.socket) -> Draining
     app = create_app(service, loopback=is_loopback(sock.getsockname()[0]))
     # uvicorn refuses a request once the open connections (its own among them) reach the limit: + 1
     # lets exactly `connections()` be served at once.
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=grace + 5.0,
-                            limit_concurrency=service.options.connections() + 1)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=grace + 5.0,
+        limit_concurrency=service.options.connections() + 1,
+    )
     return DrainingServer(config, service, grace)
 
 

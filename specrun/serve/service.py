@@ -7,23 +7,23 @@ request means lives here, so the same service runs under uvicorn, in a test, or 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from .. import defaults
 from ..engine import compute_thread
-from ..engine.sequence import GenerationSettings
-from ..engine.sampling import SamplingParams
-from ..errors import SpecrunError
 from ..engine.auto.costs import DecodeCosts
+from ..engine.sampling import SamplingParams
+from ..engine.sequence import GenerationSettings
 from ..engine.step import Policy
+from ..errors import SpecrunError
 from ..models.chat_template import RESERVED
 from ..runtime.pair import Pair
 from ..runtime.session import Session
 from .metrics import Metrics
-from .schemas import MAX_TOKENS_FIELDS, ChatRequest, CompletionRequest, Sampling
 from .requests import Job
+from .schemas import MAX_TOKENS_FIELDS, ChatRequest, CompletionRequest, Sampling
 from .worker import Worker
 
 
@@ -47,20 +47,33 @@ class ServeOptions:
     api_key: str | None = None
     max_body: int = defaults.SERVE_MAX_BODY  # bytes; larger bodies are a 413
     max_connections: int | None = None  # connections served at once (None: parallel + queue + SERVE_SPARE_CONNECTIONS)
-    cors_origins: tuple[str, ...] = ()  # origins whose pages may call the server (none: browsers' same-origin rule holds)
+    cors_origins: tuple[
+        str, ...
+    ] = ()  # origins whose pages may call the server (none: browsers' same-origin rule holds)
     mode: str = defaults.SPEC_MODE
     draft_max: int = defaults.AUTO_K_MAX  # the most draft tokens a step may verify per request
     base: GenerationSettings = GenerationSettings()  # filters, drafters' tuning; temperature when a request gives none
 
     def connections(self) -> int:
-        return self.max_connections if self.max_connections is not None else self.parallel + self.queue + defaults.SERVE_SPARE_CONNECTIONS
+        return (
+            self.max_connections
+            if self.max_connections is not None
+            else self.parallel + self.queue + defaults.SERVE_SPARE_CONNECTIONS
+        )
 
 
 class Service:
     """Everything a running server holds."""
 
-    def __init__(self, pair: Pair, options: ServeOptions, *, costs: DecodeCosts | None = None,
-                 warn: Callable[[str], None] | None = None, before_step: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        pair: Pair,
+        options: ServeOptions,
+        *,
+        costs: DecodeCosts | None = None,
+        warn: Callable[[str], None] | None = None,
+        before_step: Callable[[], None] | None = None,
+    ):
         self.pair = pair
         self.options = options
         self.model_name = Path(pair.config.target).stem
@@ -82,11 +95,22 @@ class Service:
         k_max = options.draft_max if options.mode != "off" else 0
         self.controller = self.session.controller(max(k_max, 1))
         self.draft_model_enabled = uses_model and (options.mode != "auto" or not self.controller.hopeless(model.name))
-        self.engine.configure(Policy(options.mode, k_max, self.controller, (base.ngram_min, base.ngram_max),
-                                     base.draft_p_min, base.draft_min))
+        self.engine.configure(
+            Policy(
+                options.mode, k_max, self.controller, (base.ngram_min, base.ngram_max), base.draft_p_min, base.draft_min
+            )
+        )
         self.metrics = Metrics(gauges=self._gauges)
-        self.worker = Worker(self.engine, self.controller, parallel=options.parallel, queue=options.queue, schedule=options.schedule,
-                             metrics=self.metrics, before_step=before_step, warn=warn)
+        self.worker = Worker(
+            self.engine,
+            self.controller,
+            parallel=options.parallel,
+            queue=options.queue,
+            schedule=options.schedule,
+            metrics=self.metrics,
+            before_step=before_step,
+            warn=warn,
+        )
 
     def _gauges(self) -> dict[str, tuple[str, float]]:
         state = self.worker.snapshot()
@@ -94,10 +118,15 @@ class Service:
             "specrun_queue_length": ("Requests waiting for a sequence.", state["queued"]),
             "specrun_active_requests": ("Requests being decoded.", state["active"]),
             "specrun_parallel": ("Sequences decoded together at most (--parallel).", self.options.parallel),
-            "specrun_kv_cells_used": ("Cells of the target's shared KV cache holding a token.", self.engine.target.used()),
+            "specrun_kv_cells_used": (
+                "Cells of the target's shared KV cache holding a token.",
+                self.engine.target.used(),
+            ),
             "specrun_kv_cells": ("Cells of the target's shared KV cache.", self.engine.target.n_cells),
-            "specrun_draft_model_enabled": ("1 when the draft model may draft (its measured cost can pay), else 0.",
-                                            float(self.draft_model_enabled)),
+            "specrun_draft_model_enabled": (
+                "1 when the draft model may draft (its measured cost can pay), else 0.",
+                float(self.draft_model_enabled),
+            ),
         }
 
     # -- requests → jobs ---------------------------------------------------------------------
@@ -108,7 +137,9 @@ class Service:
         variables = body.chat_template_kwargs or {}
         reserved = sorted(set(variables) & set(RESERVED))
         if reserved:
-            raise RequestError(f"chat_template_kwargs may not set {reserved[0]!r} (the request itself sets it)", "chat_template_kwargs")
+            raise RequestError(
+                f"chat_template_kwargs may not set {reserved[0]!r} (the request itself sets it)", "chat_template_kwargs"
+            )
         self._check_bytes(sum(len(m["content"].encode("utf-8")) for m in messages), "messages")
         try:
             prompt = self.pair.chat_format.prompt(messages, variables=variables)
@@ -125,7 +156,9 @@ class Service:
         self._check_bytes(len(text.encode("utf-8")), "prompt")
         tokens = self.pair.target_model.tokenize(text, add_special=True, parse_special=True)
         limit = body.answer_limit()
-        return self._job("completion", tokens, body, "prompt", limit if limit is not None else defaults.COMPLETION_MAX_TOKENS)
+        return self._job(
+            "completion", tokens, body, "prompt", limit if limit is not None else defaults.COMPLETION_MAX_TOKENS
+        )
 
     def _check_limits(self, body: Sampling) -> None:
         """max_tokens (and max_completion_tokens) at most the context: an answer cannot be longer."""
@@ -133,15 +166,22 @@ class Service:
             value = getattr(body, name, None)
             if value is not None and value > self.ctx_size:
                 shown = str(value) if value < 10**12 else f"a {len(str(value))}-digit number"
-                raise RequestError(f"{name} is {shown} but each request's context holds {self.ctx_size} tokens: at most "
-                                   f"{self.ctx_size} (or start the server with a larger --ctx-size)", name, "max_tokens_too_large")
+                raise RequestError(
+                    f"{name} is {shown} but each request's context holds {self.ctx_size} tokens: at most "
+                    f"{self.ctx_size} (or start the server with a larger --ctx-size)",
+                    name,
+                    "max_tokens_too_large",
+                )
 
     def _check_bytes(self, n_bytes: int, param: str) -> None:
         """Refuse, before tokenizing, a prompt too long in bytes to fit the context in tokens."""
         if n_bytes > self.max_prompt_bytes:
             raise RequestError(
                 f"the prompt is {n_bytes} bytes, more than {self.ctx_size} tokens can hold (at most {self.max_prompt_bytes} "
-                "bytes with this vocabulary; shorten it, or start the server with a larger --ctx-size)", param, "context_length_exceeded")
+                "bytes with this vocabulary; shorten it, or start the server with a larger --ctx-size)",
+                param,
+                "context_length_exceeded",
+            )
 
     def _job(self, kind: str, tokens: list[int], body: Sampling, param: str, max_tokens: int | None) -> Job:
         """The job for a request's tokens; `max_tokens` None: until the end of the answer or of the context."""
@@ -150,7 +190,10 @@ class Service:
         if len(tokens) >= self.ctx_size:
             raise RequestError(
                 f"the prompt is {len(tokens)} tokens but each request's context holds {self.ctx_size} "
-                "(shorten it, or start the server with a larger --ctx-size)", param, "context_length_exceeded")
+                "(shorten it, or start the server with a larger --ctx-size)",
+                param,
+                "context_length_exceeded",
+            )
         base = self.options.base
         filters = base.sampling
         sampling = SamplingParams(
@@ -159,9 +202,17 @@ class Service:
             top_p=body.top_p if body.top_p is not None else filters.top_p,
             min_p=body.min_p if body.min_p is not None else filters.min_p,
         )
-        seed = body.seed % 2**64 if body.seed is not None else None  # any integer, as OpenAI's API takes (numpy wants ≥ 0)
-        settings = replace(base, max_tokens=max_tokens if max_tokens is not None else self.ctx_size, sampling=sampling,
-                           seed=seed, stop=body.stops(), ignore_eos=False)
+        seed = (
+            body.seed % 2**64 if body.seed is not None else None
+        )  # any integer, as OpenAI's API takes (numpy wants ≥ 0)
+        settings = replace(
+            base,
+            max_tokens=max_tokens if max_tokens is not None else self.ctx_size,
+            sampling=sampling,
+            seed=seed,
+            stop=body.stops(),
+            ignore_eos=False,
+        )
         return Job(kind, tokens, settings, max_tokens_given=max_tokens)
 
     # -- running -----------------------------------------------------------------------------

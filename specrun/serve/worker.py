@@ -18,16 +18,16 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..engine import compute_thread
 from ..engine.auto.control import Controller
 from ..engine.sequence import SequenceState
 from ..engine.step import Engine, StepReport, Update
 from .metrics import Metrics
-from .scheduler import LengthEstimates, Scheduler, predicted_seconds
 from .requests import Job, finish_reason, report
+from .scheduler import LengthEstimates, Scheduler, predicted_seconds
 
 
 class QueueFull(Exception):
@@ -99,9 +99,18 @@ class Worker:
     """Runs the engine for submitted jobs; at most `parallel` decode at once and `queue` wait.
     `costs`: the controller whose cost curves predict how long a request takes."""
 
-    def __init__(self, engine: Engine, costs: Controller, *, parallel: int, queue: int, schedule: str = "srpt",
-                 metrics: Metrics | None = None, before_step: Callable[[], None] | None = None,
-                 warn: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        costs: Controller,
+        *,
+        parallel: int,
+        queue: int,
+        schedule: str = "srpt",
+        metrics: Metrics | None = None,
+        before_step: Callable[[], None] | None = None,
+        warn: Callable[[str], None] | None = None,
+    ):
         self.engine = engine
         self.costs = costs
         self.parallel = parallel
@@ -144,8 +153,13 @@ class Worker:
     def snapshot(self) -> dict:
         """Active and waiting requests right now."""
         with self.changed:
-            return {"parallel": self.parallel, "active": len(self._active), "queued": len(self.scheduler),
-                    "draining": self._draining, "served": self.served}
+            return {
+                "parallel": self.parallel,
+                "active": len(self._active),
+                "queued": len(self.scheduler),
+                "draining": self._draining,
+                "served": self.served,
+            }
 
     def failure(self) -> str | None:
         """Why the engine thread ended, or None while it runs (or before it started, or once stopped on purpose)."""
@@ -195,12 +209,18 @@ class Worker:
         job, gen = handle.job, handle.sequence
         cls = self._class(job)
         generated = len(gen.generated) if gen is not None else 0
-        tokens = min(self.estimates.remaining_tokens(cls, job.max_tokens_given, generated), job.settings.max_tokens - generated)
+        tokens = min(
+            self.estimates.remaining_tokens(cls, job.max_tokens_given, generated), job.settings.max_tokens - generated
+        )
         prompt = len(gen.pending) if gen is not None else len(job.prompt)
         n_batch = self.engine.n_batch
-        return predicted_seconds(prompt, max(tokens, 1.0), self.estimates.tokens_per_step(cls),
-                                 prompt_token_seconds=self.costs.verify(n_batch) / n_batch,
-                                 step_seconds=self.costs.verify(self.parallel))
+        return predicted_seconds(
+            prompt,
+            max(tokens, 1.0),
+            self.estimates.tokens_per_step(cls),
+            prompt_token_seconds=self.costs.verify(n_batch) / n_batch,
+            step_seconds=self.costs.verify(self.parallel),
+        )
 
     # -- the engine thread -------------------------------------------------------------------
 
@@ -275,7 +295,9 @@ class Worker:
             except Exception:  # noqa: BLE001 - one request's failure must not keep the others waiting
                 pass
         if self.warn is not None:
-            self.warn(f"specrun serve: error: the engine stopped ({reason}); every request is answered 503 until the server is restarted")
+            self.warn(
+                f"specrun serve: error: the engine stopped ({reason}); every request is answered 503 until the server is restarted"
+            )
 
     def _has_work(self) -> bool:
         expired = self._deadline is not None and time.perf_counter() >= self._deadline and self._active
@@ -356,10 +378,13 @@ class Worker:
         self.estimates.observe(self._class(handle.job), len(gen.generated), gen.stats.steps)
         t = gen.timings
         end = t.finished or time.perf_counter()
-        self.metrics.finished(prompt=len(handle.job.prompt), cached=gen.cached,
-                              ttft=(t.first_token - t.arrived) if t.first_token else None,
-                              speed=gen.stats.decode_rate_at(end - (t.admitted or t.arrived)) or None,
-                              completion=end - t.arrived)
+        self.metrics.finished(
+            prompt=len(handle.job.prompt),
+            cached=gen.cached,
+            ttft=(t.first_token - t.arrived) if t.first_token else None,
+            speed=gen.stats.decode_rate_at(end - (t.admitted or t.arrived)) or None,
+            completion=end - t.arrived,
+        )
         self._send(handle, Event(update.text, update.tokens, True, finish_reason(gen), report(gen)))
 
     def _fail(self, handle: Handle, error: str, message: str, outcome: str = "rejected") -> None:

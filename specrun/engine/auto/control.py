@@ -11,8 +11,8 @@ exploration around it (warm-up, probes, change tests, cost drift).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from ... import defaults
 from .drift import CostDrift
@@ -168,7 +168,9 @@ class Controller:
         self.verify = CalibratedCurve(verify_s, decay=self.cost_decay)
         for name, passes in (draft_pass_s or {}).items():
             self._track(name)
-            self.passes[name] = CalibratedCurve(passes if isinstance(passes, dict) else {1: passes}, decay=self.cost_decay)
+            self.passes[name] = CalibratedCurve(
+                passes if isinstance(passes, dict) else {1: passes}, decay=self.cost_decay
+            )
         self.drift = CostDrift(verify_s) if verify_s else None
         self._forget_derived()
         # Judged once, from one consistent calibration: later plain steps run at longer contexts
@@ -210,7 +212,9 @@ class Controller:
 
     def _track(self, name: str) -> DrafterEstimates:
         if name not in self.tracks:
-            self.tracks[name] = DrafterEstimates(self.k_max, self.acceptance_decay, self.position_shrink, self.cost_decay)
+            self.tracks[name] = DrafterEstimates(
+                self.k_max, self.acceptance_decay, self.position_shrink, self.cost_decay
+            )
             self.probe_every[name] = self.probe_base
             self.next_probe[name] = 0
         return self.tracks[name]
@@ -294,7 +298,9 @@ class Controller:
         ceiling, plain = self.ceiling(drafter), self.plain_rate()
         return ceiling is not None and plain is not None and ceiling < HOPE_MARGIN * plain
 
-    def worth_exploring(self, drafter: str, steps: int = 1, remaining: int | None = None, catch_up_s: float = 0.0) -> bool:
+    def worth_exploring(
+        self, drafter: str, steps: int = 1, remaining: int | None = None, catch_up_s: float = 0.0
+    ) -> bool:
         """Whether trying `drafter` for `steps` steps can repay itself within the tokens left: a try
         costs its step over a plain one (and any catch-up its cache needs first); it pays back only
         if the drafter turns out good (EXPLORE_ODDS), by at most the time its ceiling saves per
@@ -331,7 +337,10 @@ class Controller:
         pooled = self.tracks[drafter].accept.rates(cap)
         if own is None:
             return pooled
-        return [(own.successes[i] + OWN_EVIDENCE * pooled[i]) / (own.trials[i] + OWN_EVIDENCE) for i in range(min(cap, own.size))]
+        return [
+            (own.successes[i] + OWN_EVIDENCE * pooled[i]) / (own.trials[i] + OWN_EVIDENCE)
+            for i in range(min(cap, own.size))
+        ]
 
     # -- the per-step protocol ---------------------------------------------------------------
 
@@ -341,9 +350,13 @@ class Controller:
         rate of the plan being built, when that is higher)."""
         return max(self.achieved_rate() or 0.0, self.plain_rate() or 0.0)
 
-    def _allocate(self, asks: Sequence[Ask], max_rows: int, base_rows: int = 0, grants: Sequence[Grant] = ()) -> Allocation:
+    def _allocate(
+        self, asks: Sequence[Ask], max_rows: int, base_rows: int = 0, grants: Sequence[Grant] = ()
+    ) -> Allocation:
         candidates = [Candidate(ask.seq, self._options(ask), ask.k_max) for ask in asks]
-        return allocate(candidates, self.costs(), max_rows=max_rows, base_rows=base_rows, value=self.time_value(), grants=grants)
+        return allocate(
+            candidates, self.costs(), max_rows=max_rows, base_rows=base_rows, value=self.time_value(), grants=grants
+        )
 
     def best(self) -> Choice:
         """What one sequence would run on the estimates alone (no proposal in hand, no exploration)."""
@@ -416,12 +429,24 @@ class Controller:
                     if confidence and len(self.verify.sizes()) < 2:
                         # Only single-token passes measured: verify costs for a batch are a guess
                         # that would veto every lookup draft, so take this proposal once to measure them.
-                        grants.append((Grant(ask.seq, Option(name, list(confidence)), min(len(confidence), self.k_max, ask.k_max)), "warmup"))
+                        grants.append(
+                            (
+                                Grant(
+                                    ask.seq, Option(name, list(confidence)), min(len(confidence), self.k_max, ask.k_max)
+                                ),
+                                "warmup",
+                            )
+                        )
                         taken.add(ask.seq)
                         break
                     continue
-                if (track.steps < self.warmup_steps and not self.hopeless(name)
-                        and self.worth_exploring(name, self.warmup_steps - track.steps, ask.remaining, ask.catch_up_s.get(name, 0.0))):
+                if (
+                    track.steps < self.warmup_steps
+                    and not self.hopeless(name)
+                    and self.worth_exploring(
+                        name, self.warmup_steps - track.steps, ask.remaining, ask.catch_up_s.get(name, 0.0)
+                    )
+                ):
                     option = Option(name, self.acceptance(name, ask.own.get(name), self._cap(name, ask)))
                     grants.append((Grant(ask.seq, option, min(self.k_start, self._cap(name, ask))), "warmup"))
                     taken.add(ask.seq)
@@ -440,10 +465,18 @@ class Controller:
                 continue
             for ask in asks:
                 current = decision.choice(ask.seq)
-                if name in ask.in_hand or (current.drafter is not None and current.drafter in ask.in_hand) or current.reason != "best":
+                if (
+                    name in ask.in_hand
+                    or (current.drafter is not None and current.drafter in ask.in_hand)
+                    or current.reason != "best"
+                ):
                     continue
                 k = min(self.probe_k, self._cap(name, ask))
-                if k <= 0 or rows - current.k + k > max_rows or not self.worth_exploring(name, 1, ask.remaining, ask.catch_up_s.get(name, 0.0)):
+                if (
+                    k <= 0
+                    or rows - current.k + k > max_rows
+                    or not self.worth_exploring(name, 1, ask.remaining, ask.catch_up_s.get(name, 0.0))
+                ):
                     continue
                 decision.choices[ask.seq] = Choice(name, k, "probe")
                 rows += k - current.k
@@ -458,8 +491,15 @@ class Controller:
                 self._current = choice
         return decision
 
-    def observe(self, outcomes: Sequence[Outcome], *, rows: int | None, verify_s: float, draft_s: float = 0.0,
-                passes: Mapping[str, Sequence[tuple[int, float]]] | None = None) -> None:
+    def observe(
+        self,
+        outcomes: Sequence[Outcome],
+        *,
+        rows: int | None,
+        verify_s: float,
+        draft_s: float = 0.0,
+        passes: Mapping[str, Sequence[tuple[int, float]]] | None = None,
+    ) -> None:
         """Fold in one step: each sequence's outcome, the target pass (its rows, or None when prompt
         rows shared it and it says nothing of decoding's cost), the seconds drafting took in all,
         and each drafter's passes (rows, seconds)."""
@@ -501,17 +541,35 @@ class Controller:
 
     # -- one sequence ------------------------------------------------------------------------
 
-    def choose(self, lookup_confidence: Sequence[float] | None = None, *, remaining: int | None = None,
-               catchup_s: dict[str, float] | None = None) -> Choice:
+    def choose(
+        self,
+        lookup_confidence: Sequence[float] | None = None,
+        *,
+        remaining: int | None = None,
+        catchup_s: dict[str, float] | None = None,
+    ) -> Choice:
         """The choice for one sequence alone (the plan of a batch of one): `lookup_confidence` are
         the confidences of the lookup drafter's proposal in hand (drafted with K = k_max; empty
         when it found no match), None when the lookup did not propose."""
-        in_hand = {self.lookup: list(lookup_confidence)} if lookup_confidence is not None and self.lookup in self.tracks else {}
+        in_hand = (
+            {self.lookup: list(lookup_confidence)}
+            if lookup_confidence is not None and self.lookup in self.tracks
+            else {}
+        )
         ask = Ask(0, self.k_max, remaining, {}, in_hand, catchup_s or {})
         return self.plan([ask], max_rows=self.k_max + 1).choice(0)
 
-    def observe_step(self, drafter: str | None, k: int, drafted: int, accepted: int, t_draft: float, t_verify: float,
-                     n_batch: int, reason: str | None = None) -> None:
+    def observe_step(
+        self,
+        drafter: str | None,
+        k: int,
+        drafted: int,
+        accepted: int,
+        t_draft: float,
+        t_verify: float,
+        n_batch: int,
+        reason: str | None = None,
+    ) -> None:
         """Fold in one step of one sequence: what ran (drafter None or k 0: plain), the draft's
         length and accepted prefix, the seconds spent drafting and verifying, and the verify batch
         size (drafted + 1). The reason defaults to the last choice's."""
@@ -519,8 +577,18 @@ class Controller:
         if reason is None:
             reason = last.reason if last is not None and last.drafter == drafter else "best"
         choice = Choice(drafter, k, reason) if drafter is not None and k > 0 else PLAIN
-        passes = {drafter: [(1, t_draft / drafted)] * drafted} if drafter is not None and drafted and drafter != self.lookup else None
-        self.observe([Outcome(choice, drafted, accepted, t_draft)], rows=n_batch, verify_s=t_verify, draft_s=t_draft, passes=passes)
+        passes = (
+            {drafter: [(1, t_draft / drafted)] * drafted}
+            if drafter is not None and drafted and drafter != self.lookup
+            else None
+        )
+        self.observe(
+            [Outcome(choice, drafted, accepted, t_draft)],
+            rows=n_batch,
+            verify_s=t_verify,
+            draft_s=t_draft,
+            passes=passes,
+        )
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -561,7 +629,9 @@ class Controller:
                 "probe_every": self.probe_every[name],
                 "changes": track.changes,
             }
-        choices = [{"drafter": d, "k": k, "steps": n} for (d, k), n in sorted(self.choices.items(), key=lambda item: -item[1])]
+        choices = [
+            {"drafter": d, "k": k, "steps": n} for (d, k), n in sorted(self.choices.items(), key=lambda item: -item[1])
+        ]
         return {
             "mode": "auto",
             "current": self.label().removeprefix("auto: "),
@@ -571,6 +641,8 @@ class Controller:
             "plain_tokens_per_s": round(plain, 3) if plain else None,
             "achieved_tokens_per_s": round(achieved, 3) if achieved else None,
             "verify_s_by_batch": {str(n): round(s, 6) for n, s in self.verify.points().items()},
-            "seeded_costs_off_by": None if self.drift is None or self.drift.factor == 1.0 else round(self.drift.factor, 4),
+            "seeded_costs_off_by": None
+            if self.drift is None or self.drift.factor == 1.0
+            else round(self.drift.factor, 4),
             "drafters": drafters,
         }

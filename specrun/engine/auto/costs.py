@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Callable, Sequence
 
-from ... import defaults
 import numpy as np
 
+from ... import defaults
 from ..llama import Context, HeadSegment
 
 CALIBRATION_SIZES = defaults.CALIBRATION_SIZES
@@ -83,22 +83,29 @@ class DecodeCosts:
         return out
 
     def to_dict(self) -> dict:
-        data = {"verify_s": {str(k): v for k, v in self.verify_s.items()}, "draft_token_s": self.draft_token_s,
-                "draft_prefill_token_s": self.draft_prefill_token_s,
-                "draft_s": {str(k): v for k, v in self.draft_s.items()} if self.draft_s else None,
-                "mtp_s": {str(k): v for k, v in self.mtp_s.items()} if self.mtp_s else None}
+        data = {
+            "verify_s": {str(k): v for k, v in self.verify_s.items()},
+            "draft_token_s": self.draft_token_s,
+            "draft_prefill_token_s": self.draft_prefill_token_s,
+            "draft_s": {str(k): v for k, v in self.draft_s.items()} if self.draft_s else None,
+            "mtp_s": {str(k): v for k, v in self.mtp_s.items()} if self.mtp_s else None,
+        }
         if self.conditions is not None:
             data["conditions"] = asdict(self.conditions)
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "DecodeCosts":
+    def from_dict(cls, data: dict) -> DecodeCosts:
         conditions = data.get("conditions")
         draft, mtp = data.get("draft_s"), data.get("mtp_s")
-        return cls({int(k): float(v) for k, v in data["verify_s"].items()}, data.get("draft_token_s"),
-                   Conditions(**conditions) if conditions else None, data.get("draft_prefill_token_s"),
-                   {int(k): float(v) for k, v in draft.items()} if draft else None,
-                   {int(k): float(v) for k, v in mtp.items()} if mtp else None)
+        return cls(
+            {int(k): float(v) for k, v in data["verify_s"].items()},
+            data.get("draft_token_s"),
+            Conditions(**conditions) if conditions else None,
+            data.get("draft_prefill_token_s"),
+            {int(k): float(v) for k, v in draft.items()} if draft else None,
+            {int(k): float(v) for k, v in mtp.items()} if mtp else None,
+        )
 
 
 def judge(costs: DecodeCosts, threads: int = 1) -> list[str]:
@@ -110,7 +117,9 @@ def judge(costs: DecodeCosts, threads: int = 1) -> list[str]:
         reasons.append("no record of how they were measured")
     else:
         if c.cpu_share is not None and c.cpu_share < MIN_CPU_SHARE:
-            reasons.append(f"the process got {c.cpu_share:.0%} of the CPU its {threads} threads needed (other processes competed)")
+            reasons.append(
+                f"the process got {c.cpu_share:.0%} of the CPU its {threads} threads needed (other processes competed)"
+            )
         if c.major_faults:
             reasons.append(f"{c.major_faults} pages were read back from disk while timing (weights had been paged out)")
     single = costs.verify_s.get(1)
@@ -136,7 +145,7 @@ class Meter:
         self.cpu = 0.0
         self.faults = 0
 
-    def __enter__(self) -> "Meter":
+    def __enter__(self) -> Meter:
         self._start = (self.clock(), _cpu_seconds(), _major_faults())
         return self
 
@@ -167,22 +176,25 @@ def _load_average() -> float | None:
         return None
 
 
-def time_batches(ctx: Context, tokens: Sequence[int], sizes: Sequence[int], reps: int, meter: Meter | None = None,
-                 seq: int = 0) -> dict[int, float]:
+def time_batches(
+    ctx: Context, tokens: Sequence[int], sizes: Sequence[int], reps: int, meter: Meter | None = None, seq: int = 0
+) -> dict[int, float]:
     """Fastest seconds of a pass over a batch of each size on sequence `seq`, on top of `tokens` as context.
 
     Every size is decoded once untimed first, so each weight has been read and each kernel used.
     Sizes are interleaved within each repetition and the cache is trimmed back after every pass,
     so each one sees the same context length. The cache is left holding `tokens`.
     """
+
     def feed(items: Sequence[int], last: bool) -> None:
         ctx.feed(seq, list(items), ("all" if len(items) > 1 else "last") if last else "none")
 
     return _time_passes(ctx, seq, feed, tokens, sizes, reps, meter)
 
 
-def time_head(head: Context, tokens: Sequence[int], sizes: Sequence[int], reps: int, meter: Meter | None = None,
-              seq: int = 0) -> dict[int, float]:
+def time_head(
+    head: Context, tokens: Sequence[int], sizes: Sequence[int], reps: int, meter: Meter | None = None, seq: int = 0
+) -> dict[int, float]:
     """Fastest seconds of a head pass over each number of rows, as `time_batches` times a model's
     passes: a head pass costs the same whatever hidden rows it is given, so zeros stand in."""
     zeros = np.zeros(head.model.n_embd_out, dtype=np.float32)
@@ -195,7 +207,9 @@ def time_head(head: Context, tokens: Sequence[int], sizes: Sequence[int], reps: 
     return _time_passes(head, seq, feed, tokens, sizes, reps, meter)
 
 
-def _time_assistant(head: Context, seq: int, token: int, row: np.ndarray, reps: int, meter: Meter | None) -> dict[int, float]:
+def _time_assistant(
+    head: Context, seq: int, token: int, row: np.ndarray, reps: int, meter: Meter | None
+) -> dict[int, float]:
     """A Gemma 4 assistant drafts one row per sequence a pass, at the position after the target's
     cache (which holds the calibration text): its one-row pass, the fastest of `reps` after one
     untimed."""
@@ -215,8 +229,15 @@ def _timed(call: Callable[[], object], meter: Meter | None) -> float:
     return time.perf_counter() - start
 
 
-def _time_passes(ctx: Context, seq: int, feed: Callable[[Sequence[int], bool], None], tokens: Sequence[int],
-                 sizes: Sequence[int], reps: int, meter: Meter | None) -> dict[int, float]:
+def _time_passes(
+    ctx: Context,
+    seq: int,
+    feed: Callable[[Sequence[int], bool], None],
+    tokens: Sequence[int],
+    sizes: Sequence[int],
+    reps: int,
+    meter: Meter | None,
+) -> dict[int, float]:
     """The timing loop of both: `feed(items, last)` appends items to `seq` (`last`: with outputs)."""
     ctx.trim(seq, 0)
     feed(tokens, False)
@@ -225,16 +246,26 @@ def _time_passes(ctx: Context, seq: int, feed: Callable[[Sequence[int], bool], N
     times: dict[int, list[float]] = {size: [] for size in sizes}
     for rep in range(reps + 1):
         for size in sizes:
-            seconds = _timed(lambda: feed(filler[:size], True), meter if rep else None)
+            seconds = _timed(lambda size=size: feed(filler[:size], True), meter if rep else None)
             if rep:  # the first round warms up
                 times[size].append(seconds)
             ctx.trim(seq, base)
     return {size: min(values) for size, values in times.items()}
 
 
-def measure(target: Context, draft: Context | None, tokens: Sequence[int], sizes: Sequence[int] = CALIBRATION_SIZES,
-            reps: int = CALIBRATION_REPS, threads: int = 1, offloaded: bool = False, *,
-            draft_sizes: Sequence[int] = (1, PREFILL_BATCH), seq: int = 0, head: Context | None = None) -> DecodeCosts:
+def measure(
+    target: Context,
+    draft: Context | None,
+    tokens: Sequence[int],
+    sizes: Sequence[int] = CALIBRATION_SIZES,
+    reps: int = CALIBRATION_REPS,
+    threads: int = 1,
+    offloaded: bool = False,
+    *,
+    draft_sizes: Sequence[int] = (1, PREFILL_BATCH),
+    seq: int = 0,
+    head: Context | None = None,
+) -> DecodeCosts:
     """Time the target by batch size and the draft by pass rows, on sequence `seq` of each context
     (emptied afterwards). The result records the conditions (see `judge`). With layers `offloaded`
     to a GPU or an RPC worker the work happens elsewhere, so this process's CPU share says nothing
@@ -254,8 +285,12 @@ def measure(target: Context, draft: Context | None, tokens: Sequence[int], sizes
             if ctx is not None:
                 ctx.clear(seq)
     conditions = Conditions(
-        cpu_share=None if meter.cpu_share is None or offloaded else round(meter.cpu_share, 3), major_faults=meter.faults,
-        load_average=load, reps=reps, measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), offloaded=offloaded,
+        cpu_share=None if meter.cpu_share is None or offloaded else round(meter.cpu_share, 3),
+        major_faults=meter.faults,
+        load_average=load,
+        reps=reps,
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        offloaded=offloaded,
     )
     prefill = draft_times[PREFILL_BATCH] / PREFILL_BATCH if PREFILL_BATCH in draft_times else None
     return DecodeCosts(verify, draft_times.get(1), conditions, prefill, draft_times or None, head_times or None)

@@ -26,8 +26,15 @@ class PositionRates:
     rate of all positions, which is what lets deeper positions be estimated before they are tried.
     """
 
-    def __init__(self, size: int, *, decay: float = 0.95, prior: float = 0.5, prior_weight: float = 1.0,
-                 shrink_weight: float = 2.0):
+    def __init__(
+        self,
+        size: int,
+        *,
+        decay: float = 0.95,
+        prior: float = 0.5,
+        prior_weight: float = 1.0,
+        shrink_weight: float = 2.0,
+    ):
         self.size = size
         self.decay = decay
         self.prior = prior
@@ -100,7 +107,7 @@ class CostCurve:
         self._sizes: list[int] = []
 
     @classmethod
-    def of(cls, points: dict[int, float]) -> "CostCurve":
+    def of(cls, points: dict[int, float]) -> CostCurve:
         """A curve through fixed measurements (sizes to seconds)."""
         curve = cls()
         for size, seconds in sorted(points.items()):

@@ -21,8 +21,8 @@ Pure functions of estimates and cost curves: no clock, no model.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 from ... import defaults
 
@@ -158,7 +158,9 @@ def _moves(plan: _Plan, candidates: Sequence[Candidate], max_rows: int) -> Itera
     for (drafter, k0), group in groups.items():
         room = {c.seq: min(c.k_max, len(o.acceptance)) - k0 for c, o in group}
         for j in range(1, max(room.values(), default=0) + 1):
-            able = sorted(((plan.gain(o, k0, j), c.seq, o) for c, o in group if room[c.seq] >= j), key=lambda item: -item[0])
+            able = sorted(
+                ((plan.gain(o, k0, j), c.seq, o) for c, o in group if room[c.seq] >= j), key=lambda item: -item[0]
+            )
             total = 0.0
             for r, (gain, _, _) in enumerate(able, start=1):
                 if plan.rows + r * j > max_rows:
@@ -167,8 +169,15 @@ def _moves(plan: _Plan, candidates: Sequence[Candidate], max_rows: int) -> Itera
                 yield _Move(able, r, k0, j, total, plan.cost(drafter, r, k0, j))
 
 
-def allocate(candidates: Sequence[Candidate], costs: Costs, *, max_rows: int, base_rows: int = 0, value: float = 0.0,
-             grants: Sequence[Grant] = ()) -> Allocation:
+def allocate(
+    candidates: Sequence[Candidate],
+    costs: Costs,
+    *,
+    max_rows: int,
+    base_rows: int = 0,
+    value: float = 0.0,
+    grants: Sequence[Grant] = (),
+) -> Allocation:
     """Draft tokens per sequence for one step (see the module docstring).
 
     `base_rows`: tokens already in this step's target batch (prompt chunks being read), which the
@@ -182,7 +191,13 @@ def allocate(candidates: Sequence[Candidate], costs: Costs, *, max_rows: int, ba
     for grant in grants:
         j = min(grant.k, len(grant.option.acceptance), max_rows - plan.rows)
         if j > 0:
-            plan.apply([(grant.seq, grant.option)], 0, j, plan.gain(grant.option, 0, j), plan.cost(grant.option.drafter, 1, 0, j))
+            plan.apply(
+                [(grant.seq, grant.option)],
+                0,
+                j,
+                plan.gain(grant.option, 0, j),
+                plan.cost(grant.option.drafter, 1, 0, j),
+            )
             settled.add(grant.seq)
     free = [c for c in candidates if c.seq not in settled]
     while True:
@@ -197,8 +212,15 @@ def allocate(candidates: Sequence[Candidate], costs: Costs, *, max_rows: int, ba
         plan.apply([(seq, option) for _, seq, option in best.ranked[: best.r]], best.k0, best.j, best.gain, best.cost)
 
 
-def fixed(candidates: Sequence[Candidate], mode: str, k: int, *, max_rows: int, model: str = defaults.MODEL,
-          min_confidence: float = defaults.HYBRID_MIN_CONFIDENCE) -> Allocation:
+def fixed(
+    candidates: Sequence[Candidate],
+    mode: str,
+    k: int,
+    *,
+    max_rows: int,
+    model: str = defaults.MODEL,
+    min_confidence: float = defaults.HYBRID_MIN_CONFIDENCE,
+) -> Allocation:
     """The fixed modes: every sequence drafts up to k tokens with the mode's drafter ("draft": the
     drafter named `model`; "ngram": prompt lookup, as far as its proposal goes; "hybrid": lookup
     when its first token is at least `min_confidence` likely, else the model), however full the

@@ -36,8 +36,18 @@ class CopyCursor:
     from scratch repeat short stretches of earlier text by chance, and those copies break at once.
     """
 
-    def __init__(self, index: NgramIndex, *, back: int = 32, ahead: int = 256, resync_within: int = 32,
-                 rule_max: int = 8, global_min: int = 3, trust_run: int = 8, reach: float = 16.0):
+    def __init__(
+        self,
+        index: NgramIndex,
+        *,
+        back: int = 32,
+        ahead: int = 256,
+        resync_within: int = 32,
+        rule_max: int = 8,
+        global_min: int = 3,
+        trust_run: int = 8,
+        reach: float = 16.0,
+    ):
         self.index = index
         self.back = back
         self.ahead = ahead

@@ -4,7 +4,7 @@ every step and judged as they stand."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .prompt_lookup import PromptLookup
 from .protocol import DraftRequest, Proposals

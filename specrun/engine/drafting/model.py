@@ -9,7 +9,7 @@ costs k draft passes of at most m rows, and one sequence alone pays what a loop 
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -24,7 +24,9 @@ def top_probability(logits: np.ndarray) -> float:
     return float(1.0 / np.exp(shifted).sum())
 
 
-def choose(request: DraftRequest, logits: np.ndarray, draft: Draft, depth: int, p_min: float, min_draft: int) -> int | None:
+def choose(
+    request: DraftRequest, logits: np.ndarray, draft: Draft, depth: int, p_min: float, min_draft: int
+) -> int | None:
     """The token at `depth` of one sequence's draft, appended to it with its confidence (and its
     distribution q when sampling, so verification stays exact); None when the draft stops here:
     its confidence fell below `p_min` after `min_draft` tokens."""
@@ -82,7 +84,11 @@ class VocabBridge:
     def _substitute(self, token: int) -> int:
         if token not in self._substitutes:
             text = self._target.piece(token)
-            ids = self._draft.tokenize(text.decode("utf-8", "replace"), add_special=False, parse_special=False) if text else []
+            ids = (
+                self._draft.tokenize(text.decode("utf-8", "replace"), add_special=False, parse_special=False)
+                if text
+                else []
+            )
             self._substitutes[token] = next((i for i in ids if i < self.draft_size), 0)
         return self._substitutes[token]
 
@@ -129,7 +135,9 @@ class ModelDrafter:
         segments = []
         for request in live:
             fed = self._feedable(request.history)
-            keep = min(self.ctx.common_prefix(request.seq, fed), len(fed) - 1)  # the last one is decoded again for its logits
+            keep = min(
+                self.ctx.common_prefix(request.seq, fed), len(fed) - 1
+            )  # the last one is decoded again for its logits
             self.ctx.trim(request.seq, keep)
             segments.append(Segment(request.seq, fed[keep:], "last"))
             self.ctx.shortlist(request.seq, self._shortlist(request))

@@ -25,7 +25,7 @@ blocks attend over the target's cache rather than a cache of their own.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -91,7 +91,9 @@ class MtpDrafter:
 
     def read(self, items: Sequence[tuple[int, Sequence[int]]]) -> Proposals:
         """Pairs for every prompt token the target has read (a prompt's hidden rows are all in)."""
-        segments = [seg for seq, history in items if (seg := self._catch_up(seq, history, len(history), False)) is not None]
+        segments = [
+            seg for seq, history in items if (seg := self._catch_up(seq, history, len(history), False)) is not None
+        ]
         out = Proposals()
         if segments:
             out.passes.extend(self._catch_up_heads(segments))

@@ -6,7 +6,7 @@ microseconds, since they are asked for before every step.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..llama import common_prefix
 

@@ -6,7 +6,7 @@ finding them costs microseconds instead of a draft model's decode per token.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..llama import common_prefix
 from .copy_cursor import CopyCursor
@@ -169,9 +169,13 @@ class PromptLookup:
 
     def state(self) -> dict:
         """What it has learned of its evidence's acceptance, to be kept between runs."""
-        state = {name: [[kind, n, round(s, 4), round(t, 4)] for (kind, n), (s, t) in table.items()]
-                 for name, table in (("first", self._first), ("rest", self._rest))}
-        state["calibration"] = [[table, kind, round(a, 4), round(e, 4)] for (table, kind), (a, e) in self._calibration.items()]
+        state = {
+            name: [[kind, n, round(s, 4), round(t, 4)] for (kind, n), (s, t) in table.items()]
+            for name, table in (("first", self._first), ("rest", self._rest))
+        }
+        state["calibration"] = [
+            [table, kind, round(a, 4), round(e, 4)] for (table, kind), (a, e) in self._calibration.items()
+        ]
         return state
 
     def restore(self, state: dict, cap: float) -> None:
@@ -276,7 +280,10 @@ def _run_bucket(run: int) -> int:
 
 EDIT_SHARE_RUN = 4
 EDIT_SHARE = 0.5
-MATCH_KINDS = ("match", "match+")  # an answer edits its source when at least this share of its recent tokens were copied
+MATCH_KINDS = (
+    "match",
+    "match+",
+)  # an answer edits its source when at least this share of its recent tokens were copied
 EDIT_FIRST_PRIOR = 0.7  # a copy resumed right after an edit, before any outcome
 EDIT_RUN = 4  # its later tokens are trusted as a copy that has run this much further
 REST_PRIOR_MAX = 0.93  # no later token is trusted more than this before outcomes say so: copies break

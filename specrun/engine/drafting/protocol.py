@@ -13,8 +13,9 @@ deterministic proposal, verified by the point-mass rule (see verify.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from ..sampling import Dist, Rng, SamplingParams
 
@@ -28,9 +29,13 @@ class Draft:
     q: list[Dist] | None = None
     confidence: list[float] | None = None
 
-    def cut(self, k: int) -> "Draft":
+    def cut(self, k: int) -> Draft:
         """The first k tokens of this proposal (a deterministic one may be cut anywhere)."""
-        return Draft(self.tokens[:k], None if self.q is None else self.q[:k], None if self.confidence is None else self.confidence[:k])
+        return Draft(
+            self.tokens[:k],
+            None if self.q is None else self.q[:k],
+            None if self.confidence is None else self.confidence[:k],
+        )
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ target's random draws: the point-mass rule verifies it exactly at any temperatur
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..llama import Context, Model, common_prefix
 from ..sampling import SamplingParams
@@ -101,7 +101,7 @@ class TextDrafter:
         if keep < len(rendered.tokens):
             del rendered.tokens[keep:]
             del rendered.ends[keep:]
-            del rendered.data[rendered.ends[-1] if rendered.ends else 0:]
+            del rendered.data[rendered.ends[-1] if rendered.ends else 0 :]
         for token in history[keep:]:
             rendered.data += self._piece(token)
             rendered.tokens.append(token)

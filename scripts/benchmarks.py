@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -228,13 +229,67 @@ def machine_line(doc: dict, meta: dict) -> str:
 
 
 def command_of(name: str, doc: dict, record: dict) -> str:
+    """The command that made a document: as meta.json recorded it; else the fixed list's, when the
+    document's settings are that command's; else the settings the document records, said as such."""
     if record.get("command"):
-        return record["command"]
+        return f"`{record['command']}`"
+    settings = doc.get("settings") or {}
     for bench in BENCHES:
-        if bench.name == name:
-            runs = (doc.get("settings") or {}).get("runs")
-            return shown([*bench.argv(runs, []), "--json", f"{name}.json"])
-    return f"specrun bench … --json {name}.json"
+        if bench.name == name and _agrees(bench, doc):
+            return f"`{shown([*bench.argv(settings.get('runs'), []), '--json', f'{name}.json'])}`"
+    return f"not recorded; the document's settings: `{shown([*_from_settings(doc), '--json', f'{name}.json'])}`"
+
+
+def _agrees(bench: Bench, doc: dict) -> bool:
+    settings = doc.get("settings") or {}
+    if bench.serve:
+        return doc.get("schema") == SERVE_SCHEMA and settings.get("concurrency") == [1, 2, 4]
+    args = list(bench.args)
+    spec = args[args.index("--spec") + 1].split(",")
+    prompts = args[args.index("--prompts") + 1] if "--prompts" in args else None
+    recorded = settings.get("prompts_file")
+    return (
+        doc.get("schema") == SINGLE_SCHEMA
+        and settings.get("spec") == spec
+        and bool(settings.get("fresh")) == ("--fresh" in args)
+        and (prompts is None) == (recorded is None)
+        and (prompts is None or str(recorded).endswith(prompts))
+    )
+
+
+def _numbers(values) -> str:
+    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+
+
+def _from_settings(doc: dict) -> list[str]:
+    """`specrun bench` arguments rebuilt from what a document's settings record (models and
+    runtime options are not among them)."""
+    s = doc.get("settings") or {}
+    if doc.get("schema") == SERVE_SCHEMA:
+        args = [
+            "bench",
+            "--serve",
+            "--concurrency",
+            _numbers(s.get("concurrency") or []),
+            "--schedule",
+            ",".join(s.get("schedules") or []),
+            "--spec",
+            ",".join(s.get("modes") or []),
+        ]
+    else:
+        args = ["bench", "--spec", ",".join(s.get("spec") or [])]
+        if s.get("draft_max"):
+            args += ["--draft-max", _numbers(s["draft_max"])]
+        if s.get("fresh"):
+            args.append("--fresh")
+        if s.get("prompts_file"):
+            args += ["--prompts", s["prompts_file"]]
+    if s.get("temperatures"):
+        args += ["--temp", _numbers(s["temperatures"])]
+    for key, flag in (("runs", "--runs"), ("max_tokens", "-n")):
+        if s.get(key) is not None:
+            args += [flag, str(s[key])]
+    return args
 
 
 def _categories(rows: list[dict]) -> list[str]:
@@ -254,8 +309,11 @@ def render_single(doc: dict) -> list[str]:
     configs = list(dict.fromkeys(r["config"] for r in rows))
     cell = {(r["config"], r["category"]): r for r in rows}
     lines = [
-        "Speedup of decode tokens/s over plain decoding in the same run (geometric mean over a category's "
-        "prompts), with the median decode tokens/s in parentheses:",
+        *textwrap.wrap(
+            "Speedup of decode tokens/s over plain decoding in the same run (geometric mean over a category's "
+            "prompts), with the median decode tokens/s in parentheses:",
+            100,
+        ),
         "",
         "| configuration | " + " | ".join(categories) + " |",
         "|---|" + "---|" * len(categories),
@@ -338,19 +396,19 @@ def render_document(name: str, doc: dict, meta: dict) -> list[str]:
         f"### {title}",
         "",
         f"- Machine: {machine_line(doc, meta)}",
-        f"- Command: `{command_of(name, doc, record)}`",
+        f"- Command: {command_of(name, doc, record)}",
         f"- Date: {date_of(doc, record)} (UTC)",
     ]
     if doc.get("schema") == SERVE_SCHEMA:
         lines.append(
             f"- Workload: {settings.get('requests', '?')} requests per run, answers of up to "
             f"{settings.get('max_tokens', '?')} and {settings.get('short_max_tokens', '?')} tokens, temperatures "
-            f"{', '.join(str(t) for t in settings.get('temperatures') or []) or '?'}"
+            f"{_numbers(settings.get('temperatures') or []) or '?'}"
         )
         body = render_serve(doc)
     else:
         prompts = len(doc.get("prompt_set") or [])
-        temperatures = ", ".join(str(t) for t in settings.get("temperatures") or []) or "?"
+        temperatures = _numbers(settings.get("temperatures") or []) or "?"
         lines.append(
             f"- Workload: {prompts} prompts, up to {settings.get('max_tokens', '?')} tokens each, "
             f"{settings.get('runs', '?')} runs per prompt and configuration, temperature {temperatures}"
@@ -387,18 +445,14 @@ def load(folder: Path) -> tuple[list[tuple[str, dict]], dict]:
 
 
 def render_section(docs: list[tuple[str, dict]], meta: dict) -> str:
-    lines = [
-        BEGIN,
-        "",
-        "## Reference benchmarks",
-        "",
+    intro = (
         "Measured with `python scripts/benchmarks.py`, which ran the commands named below on the machine and "
         "date named with each table; `python scripts/benchmarks.py` regenerates this section. Every speedup is "
         "against plain decoding measured in the same run. Greedy outputs that differ from plain decoding's are "
         "checked token by token against the target's own logits: a near-tie is a token within the measured "
-        "noise of the top one, a violation one further below (a bug).",
-        "",
-    ]
+        "noise of the top one, a violation one further below (a bug)."
+    )
+    lines = [BEGIN, "", "## Reference benchmarks", "", textwrap.fill(intro, 100, break_on_hyphens=False), ""]
     for name, doc in docs:
         lines += render_document(name, doc, meta)
     lines.append(END)

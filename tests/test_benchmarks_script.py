@@ -69,7 +69,7 @@ def single_document():
     return {
         "schema": "specrun.bench/1",
         "created": "2026-12-07T10:11:12+00:00",
-        "settings": {"runs": 2, "max_tokens": 128, "temperatures": [0.0]},
+        "settings": {"runs": 2, "max_tokens": 128, "temperatures": [0.0], "spec": ["off", "auto"], "fresh": False},
         "environment": {
             "machine": {"cpu": "Test CPU 9000", "cpu_count": 6, "platform": "Linux-test"},
             "gpu_offload": False,
@@ -102,7 +102,15 @@ def serve_document():
     return {
         "schema": "specrun.bench-serve/1",
         "created": "2026-12-08T01:02:03+00:00",
-        "settings": {"requests": 30, "max_tokens": 128, "short_max_tokens": 32, "temperatures": [0.0]},
+        "settings": {
+            "requests": 30,
+            "max_tokens": 128,
+            "short_max_tokens": 32,
+            "temperatures": [0.0],
+            "concurrency": [1, 2, 4],
+            "schedules": ["srpt"],
+            "modes": ["off", "auto"],
+        },
         "environment": {"machine": {"cpu": "Test CPU 9000", "cpu_count": 6}},
         "runs": [run("off", 22.2), run("auto", 23.5, accept=0.76, identical=22, ties=8)],
     }
@@ -175,6 +183,20 @@ def test_without_meta_the_machine_comes_from_the_document(bench_script, tmp_path
     assert "- Command: `specrun bench --spec off,auto --runs 2 --json auto.json`" in text
 
 
+def test_a_document_of_another_command_says_its_settings(bench_script, tmp_path):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    doc = single_document()
+    doc["settings"].update(spec=["off", "draft"], draft_max=[2, 4], temperatures=[0.0, 0.8])
+    (folder / "auto.json").write_text(json.dumps(doc))
+    out = tmp_path / "benchmarks.md"
+    bench_script.main(["--from", str(folder), "--out", str(out)])
+    command = "specrun bench --spec off,draft --draft-max 2,4 --temp 0,0.8 --runs 2 -n 128 --json auto.json"
+    assert f"- Command: not recorded; the document's settings: `{command}`" in out.read_text()
+    (args,) = specrun_commands(command)
+    assert command_problems(command, args) == []
+
+
 def test_only_the_marked_section_is_replaced(bench_script, tmp_path):
     out = tmp_path / "benchmarks.md"
     out.write_text(
@@ -203,3 +225,47 @@ def test_the_page_in_the_repository_has_the_markers(bench_script):
     text = bench_script.DEFAULT_OUT.read_text()
     assert text.count(bench_script.BEGIN) == 1 and text.count(bench_script.END) == 1
     assert text.index(bench_script.BEGIN) < text.index(bench_script.END)
+
+
+def test_runs_the_commands_and_records_them(bench_script, tmp_path):
+    """A stand-in for specrun writes a document wherever --json points: the run path without a model."""
+    documents = tmp_path / "documents"
+    documents.mkdir()
+    (documents / "single.json").write_text(json.dumps(single_document()))
+    (documents / "serve.json").write_text(json.dumps(serve_document()))
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "specrun"
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import shutil, sys\n"
+        "args = sys.argv[1:]\n"
+        f"open({str(calls)!r}, 'a').write(' '.join(args) + '\\n')\n"
+        f"source = {str(documents)!r} + ('/serve.json' if '--serve' in args else '/single.json')\n"
+        "shutil.copy(source, args[args.index('--json') + 1])\n"
+    )
+    fake.chmod(0o755)
+    out, save = tmp_path / "benchmarks.md", tmp_path / "results"
+    argv = ["--specrun", str(fake), "--save", str(save), "--out", str(out), "--only", "auto", "--only", "serve"]
+    assert bench_script.main([*argv, "--runs", "3"]) == 0
+    ran = calls.read_text().splitlines()
+    assert ran == [
+        f"bench --spec off,auto --runs 3 --json {save / 'auto.json'}",
+        f"bench --serve --concurrency 1,2,4 --json {save / 'serve.json'}",
+    ]
+    meta = json.loads((save / "meta.json").read_text())
+    assert meta["benches"]["auto"]["command"] == "specrun bench --spec off,auto --runs 3 --json auto.json"
+    assert meta["machine"]["cpu_count"]
+    text = out.read_text()
+    assert "- Command: `specrun bench --spec off,auto --runs 3 --json auto.json`" in text
+    assert "- Command: `specrun bench --serve --concurrency 1,2,4 --json serve.json`" in text
+
+
+def test_a_failing_command_writes_nothing(bench_script, tmp_path):
+    fake = tmp_path / "specrun"
+    fake.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(3)\n")
+    fake.chmod(0o755)
+    out = tmp_path / "benchmarks.md"
+    out.write_text("unchanged\n")
+    with pytest.raises(SystemExit, match="failed with exit code 3; nothing written"):
+        bench_script.main(["--specrun", str(fake), "--save", str(tmp_path / "r"), "--out", str(out), "--only", "auto"])
+    assert out.read_text() == "unchanged\n"

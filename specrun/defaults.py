@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 MAX_TOKENS = 256
 CHAT_MAX_TOKENS = 1024  # a chat answer may be long; the context policy keeps room for it
@@ -11,15 +12,44 @@ TOP_K = 40
 TOP_P = 0.95
 MIN_P = 0.05
 SHORTLIST_MAX = 1024  # top-k up to this is applied in llama.cpp's graph, and the host reads only the survivors
-MODES = ("off", "draft", "ngram", "hybrid", "text", "mtp", "auto")  # --spec
-SPEC_MODE = "auto"
 LOOKUP = "ngram"  # the drafters' names, as stats and --json report them
 MODEL = "draft"
 TEXT = "text"  # a draft model of another vocabulary, drafting through text
-MTP = "mtp"  # the target's own multi-token-prediction (nextn) heads
+MTP = "mtp"  # the target's own multi-token-prediction (nextn) heads, or a Gemma 4 assistant
+DRAFT_MODEL_DRAFTERS = (MODEL, TEXT)  # the drafters that run a draft model, one per session
 DRAFT_MAX = 4  # K in the fixed modes when neither --draft-max nor the pair says; auto starts from it
 RECURRENT_K_MAX = 8  # draft tokens a recurrent or hybrid target can take back: one state snapshot each, per sequence
 AUTO_K_MAX = 31  # auto's default cap on draft tokens per step (a batch of 32); --draft-max lowers it
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A --spec mode: the drafters it drafts with, in order of preference (MODEL: the session's draft
+    model, whichever way it drafts), what the session must have for it (a drafter's name; MODEL:
+    any draft model), its default K (None: the pair's recommended K, else DRAFT_MAX), and whether
+    auto's controller chooses drafter and K every step among all the session's drafters."""
+
+    name: str
+    drafters: tuple[str, ...] = ()
+    needs: str | None = None
+    k_max: int | None = None
+    chooses: bool = False
+
+
+OFF, AUTO = "off", "auto"
+MODES = {
+    mode.name: mode
+    for mode in (
+        Mode(OFF),
+        Mode("draft", (MODEL,), needs=MODEL),
+        Mode("ngram", (LOOKUP,)),
+        Mode("hybrid", (LOOKUP, MODEL), needs=MODEL),
+        Mode(TEXT, (TEXT,), needs=TEXT),
+        Mode(MTP, (MTP,), needs=MTP),
+        Mode(AUTO, k_max=AUTO_K_MAX, chooses=True),
+    )
+}  # --spec
+SPEC_MODE = AUTO
 DRAFT_MIN = 0
 DRAFT_P_MIN = 0.0  # stop drafting when the draft's top probability falls below this
 NGRAM_MIN = 1  # prompt lookup matches the history's last NGRAM_MIN..NGRAM_MAX tokens
@@ -54,11 +84,12 @@ COST_LEARNED_BEYOND = 2  # passes up to this many times the largest calibrated s
 
 def draft_max_for(mode: str, explicit: int | None, recommended: int | None = None) -> int:
     """--draft-max means the most draft tokens per step in every mode. Given, it is that; otherwise
-    the fixed modes use the pair's recommended K (else DRAFT_MAX), and auto its own cap,
-    AUTO_K_MAX, within which it picks K each step."""
+    the mode's default (MODES): the fixed modes use the pair's recommended K (else DRAFT_MAX), and
+    auto its own cap, AUTO_K_MAX, within which it picks K each step."""
     if explicit is not None:
         return explicit
-    return AUTO_K_MAX if mode == "auto" else (recommended or DRAFT_MAX)
+    known = MODES.get(mode)  # an unknown mode is refused where it is checked, with its hint
+    return (known.k_max if known is not None else None) or recommended or DRAFT_MAX
 
 
 def threads() -> int:

@@ -12,7 +12,6 @@ from specrun.engine.drafting.protocol import DraftRequest
 from specrun.engine.llama import Context, LoadOptions, Model, Segment
 from specrun.engine.sampling import SamplingParams, make_rng
 from specrun.engine.sequence import GenerationSettings
-from specrun.engine.step import Policy
 from specrun.errors import ContextOverflowError
 from specrun.runtime.pair import Pair
 from specrun.runtime.session import Session
@@ -45,7 +44,8 @@ def session_for(
         n_seq_pool=parallel,
         costs=costs_of(costs or FLAT_COSTS, draft_costs or FLAT_COSTS),
     )
-    session.engine.configure(Policy(mode, k_max if mode != "off" else 0, session.controller(k_max)))
+    policy, _ = session.policy(mode, GenerationSettings(draft_max=k_max), fresh=True, track_costs=True)
+    session.engine.configure(policy)
     return session
 
 

@@ -96,7 +96,7 @@ def test_kv_caches_match_a_fresh_context_after_partial_and_full_acceptance(draft
         target.trim(0, base)
         target.shortlist(0, cut)
         assert np.allclose(cached, fresh_logits(draft_pair.target_model, history), atol=2e-2)
-        draft_ctx = generation.engine.model.ctx
+        draft_ctx = generation.engine.drafters["draft"].ctx
         # The draft cache still holds every accepted token: at most the last drafted token (never
         # decoded) and the target's token are missing, so the next proposal feeds at most two tokens.
         assert draft_ctx.common_prefix(0, history) >= len(history) - 2
@@ -158,7 +158,7 @@ def test_the_lookup_matches_the_ngram_range_of_the_settings(close_pair, mode):
     settings = GenerationSettings(ngram_min=2, ngram_max=5)
     policy, persistent = close_pair.session.policy(mode, settings)
     close_pair.session.engine.configure(policy)
-    lookup = persistent if mode == "auto" else close_pair.session.engine.lookup.state(0)
+    lookup = persistent if mode == "auto" else close_pair.session.engine.drafters["ngram"].state(0)
     assert (lookup.index.n_min, lookup.index.n_max) == (2, 5)
 
 

@@ -481,7 +481,7 @@ def test_a_gemma4_assistant_keeps_only_the_target_rows_it_can_still_read(gemma4_
         generation = pair.generation(prompt, settings(max_tokens=40), mode="off")
         list(generation.run())
         assert generation.stats.generated_tokens == 40
-        assert list(pair.session.mtp._rows[0]) == [len(prompt) + 40 - 2]  # the row behind the last token
+        assert list(pair.session.mtp.hidden._rows[0]) == [len(prompt) + 40 - 2]  # the row behind the last token
     finally:
         pair.close()
 
@@ -494,7 +494,7 @@ def test_a_gemma4_assistant_is_fed_as_llama_cpp_feeds_it():
 
     import numpy as np
 
-    from specrun.engine.drafting.mtp import AssistantDrafter
+    from specrun.engine.drafting.assistant import AssistantDrafter
     from specrun.engine.drafting.protocol import DraftRequest
     from specrun.engine.sampling import make_rng
 

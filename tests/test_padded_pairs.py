@@ -66,7 +66,7 @@ def test_draft_proposals_stay_in_the_target_vocabulary_and_the_draft_reads_only_
         mode="draft",
     )
     proposals = []
-    drafter = generation.engine.model
+    drafter = generation.engine.drafters["draft"]
     original = drafter.propose
 
     def spy(requests):

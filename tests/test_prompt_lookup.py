@@ -11,7 +11,7 @@ from specrun.defaults import LOOKUP, MODEL
 from specrun.engine.auto.plan import Candidate, Option, fixed
 from specrun.engine.drafting.lookup import LookupDrafter
 from specrun.engine.drafting.prompt_lookup import NgramIndex, PromptLookup
-from specrun.engine.drafting.protocol import DraftRequest
+from specrun.engine.drafting.protocol import DraftRequest, DraftTuning
 from specrun.engine.sampling import SamplingParams, make_rng
 
 
@@ -275,11 +275,11 @@ def hybrid_choice(lookup: LookupDrafter, history: list[int], k: int) -> tuple[st
     by its first token's confidence, else the draft model (engine.auto.plan.fixed)."""
     draft = lookup.propose([DraftRequest(0, history, k, SamplingParams(temperature=0), make_rng(0))]).drafts[0]
     options = ([Option(LOOKUP, draft.confidence)] if draft.tokens else []) + [Option(MODEL, [1.0] * k)]
-    return fixed([Candidate(0, options, k)], "hybrid", k, max_rows=64).drafts[0]
+    return fixed([Candidate(0, options, k)], (LOOKUP, MODEL), k, max_rows=64).drafts[0]
 
 
 def test_hybrid_uses_a_confident_lookup_and_routes_feedback_to_it():
-    lookup = LookupDrafter(1, 8, k_max=16)
+    lookup = LookupDrafter(DraftTuning(k_max=16, ngrams=(1, 8)))
     history = [10, 11, 12, 13, 14, 99, 10, 11, 12]  # match of 3: confidence 0.75
     assert hybrid_choice(lookup, history, 4) == (LOOKUP, 4)
     assert lookup.propose([DraftRequest(0, history, 4, SamplingParams(temperature=0), make_rng(0))]).drafts[
@@ -290,7 +290,7 @@ def test_hybrid_uses_a_confident_lookup_and_routes_feedback_to_it():
 
 
 def test_hybrid_falls_back_to_the_model_without_a_confident_match():
-    lookup = LookupDrafter(1, 8, k_max=16)
+    lookup = LookupDrafter(DraftTuning(k_max=16, ngrams=(1, 8)))
     assert hybrid_choice(lookup, [1, 2, 3, 4], 3) == (MODEL, 3)  # no match at all
     assert hybrid_choice(lookup, [5, 1, 6, 1], 3) == (MODEL, 3)  # a one-token match: confidence 0.5
 

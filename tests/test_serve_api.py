@@ -371,3 +371,34 @@ def test_return_tokens_gives_the_ids_behind_the_text(server, pair):
     _, chunks = streamed(server.url, "hello", max_tokens=12, extra_body={"return_tokens": True})
     assert [t for c in chunks if c.choices for t in (c.choices[0].model_extra or {}).get("tokens", [])] == tokens
     assert "tokens" not in chat(server.url, "hello", max_tokens=4).choices[0].model_extra
+
+
+@pytest.mark.parametrize("mode", ["auto", "ngram"])
+def test_the_server_clamps_k_to_a_hybrid_targets_rewind_limit(hybrid_target, mode, monkeypatch):
+    """A recurrent cache takes back only as many tokens as it keeps snapshots: the server verifies no
+    more per step than that, whatever --draft-max says, as run and chat do (one Policy factory)."""
+    from specrun import defaults
+    from specrun.engine.step import Engine
+
+    drafted = []
+    accept = Engine._accept
+
+    def counting(self, state, choice, draft, logits, base):
+        drafted.append(len(draft.tokens))
+        return accept(self, state, choice, draft, logits, base)
+
+    monkeypatch.setattr(Engine, "_accept", counting)
+    pair = load_pair(hybrid_target, None)
+    try:
+        with served(pair, costs=FLAT_COSTS, mode=mode, draft_max=31) as running:
+            service = running.service
+            limit = service.session.max_rewind
+            assert limit == defaults.RECURRENT_K_MAX < 31
+            assert service.engine.policy.k_max == limit
+            assert mode != "auto" or service.controller.k_max == limit
+            answer = client(running.url).completions.create(
+                model="tiny", prompt="abc abc abc abc abc abc abc abc", max_tokens=48, temperature=0
+            )
+        assert answer.usage.completion_tokens > 0 and drafted and max(drafted) <= limit
+    finally:
+        pair.close()

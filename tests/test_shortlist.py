@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specrun.engine.drafting.model import ModelDrafter
-from specrun.engine.drafting.protocol import DraftRequest
+from specrun.engine.drafting.protocol import DraftRequest, DraftTuning
 from specrun.engine.llama import Context, LoadOptions, Model, Segment
 from specrun.engine.sampling import SamplingParams, make_rng
 from specrun.engine.sequence import GenerationSettings
@@ -247,7 +247,7 @@ def test_the_draft_model_keeps_full_rows_where_its_choice_needs_them(model, tiny
         ]
         made = drafter.propose(requests)
         assert [ctx.shortlisted(0), ctx.shortlisted(1)] == [1, 20] and len(made.drafts[1].q) == 2
-        drafter.p_min = 0.5  # a greedy draft's confidence is a softmax over the whole row
+        drafter.configure(DraftTuning(draft_p_min=0.5))  # a greedy draft's confidence is a softmax over the whole row
         drafter.propose([DraftRequest(2, [4, 5], 2, greedy, make_rng(0))])
         assert ctx.shortlisted(2) == 0
     finally:

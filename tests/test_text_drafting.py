@@ -277,7 +277,7 @@ def test_a_text_drafts_passes_cost_its_host_work_too(text_loaded, monkeypatch):
     """Rendering the history and re-tokenizing the draft happen on the host, outside the draft
     model's passes; the passes a text drafter reports include that time, so auto, the statistics
     and the bench weigh it at its real cost."""
-    drafter = text_loaded.session.engine.model
+    drafter = text_loaded.session.model_drafter
     assert isinstance(drafter, TextDrafter)
     slow = 0.05
     tokenize = drafter.target.tokenize

@@ -31,7 +31,7 @@ from ..engine.sequence import GenerationSettings
 from ..errors import InputError
 from ..models.fetch import Resolved
 from ..runtime.pair import Pair
-from ..runtime.session import Session, require_mode
+from ..runtime.session import Session, check_mode
 from ..serve.scheduler import SCHEDULES
 from ..serve.server import BackgroundServer
 from ..serve.service import ServeOptions, Service
@@ -106,7 +106,7 @@ def command(
 def check(bench: ServeBench) -> None:
     """Bad values fail before any model is touched."""
     for mode in bench.modes:
-        require_mode(mode)
+        check_mode(mode)
     for schedule in bench.schedules:
         if schedule not in SCHEDULES:
             raise InputError(f"--schedule: unknown schedule {schedule!r}", f"use one of: {', '.join(SCHEDULES)}")

@@ -10,9 +10,8 @@ import typer
 
 from .. import defaults
 from ..chat.interrupts import Interrupts
-from ..engine.sequence import GenerationSettings
+from ..engine.sequence import GenerationSettings, check_prompt_fits
 from ..engine.stats import Stats
-from ..errors import InputError
 from ..models.reasoning import CONTENT, REASONING, ReasoningSplitter, join
 from ..runtime.chat_format import thinking_variables
 from ..runtime.pair import Pair
@@ -21,7 +20,7 @@ from . import fatal
 from . import options as opt
 from .options import flag_groups
 from .prompt_input import read_prompt
-from .settings import check_runtime, generation_settings, open_pair, pick_seed, resolve, spec_mode
+from .settings import answer_settings, check_runtime, open_pair, pick_seed, resolve, spec_mode
 
 
 @flag_groups
@@ -29,50 +28,33 @@ def run(
     prompt: Annotated[
         str | None, typer.Argument(help="The prompt; '-' or a pipe reads stdin (both given: stdin first).")
     ] = None,
-    models: opt.ModelFlags = opt.ModelFlags(),
+    flags: opt.GenerateFlags = opt.GenerateFlags(),
     max_tokens: opt.MaxTokens = defaults.MAX_TOKENS,
-    sampling: opt.SamplingFlags = opt.SamplingFlags(),
-    speculation: opt.SpeculationFlags = opt.SpeculationFlags(),
-    runtime: opt.RuntimeFlags = opt.RuntimeFlags(),
     chat: opt.Chat = True,
-    system: opt.System = None,
-    think: opt.Think = None,
-    hide_thinking: opt.HideThinking = False,
     json_output: opt.Json = False,
     quiet: opt.Quiet = False,
 ) -> None:
     """Generate text for one prompt: text to stdout, statistics to stderr (or one JSON document)."""
-    out = Output(quiet=quiet, json_mode=json_output, hide_thinking=hide_thinking)
-    check_runtime(runtime)
+    framing, speculation = flags.framing, flags.speculation
+    out = Output(quiet=quiet, json_mode=json_output, hide_thinking=framing.hide_thinking)
+    check_runtime(flags.runtime)
     text = read_prompt(prompt)
-    resolved = resolve(models)
-    seed = pick_seed(sampling.seed)
-    mode = spec_mode(speculation.spec, models.draft)
-    settings = generation_settings(
-        max_tokens=max_tokens,
-        temperature=sampling.temperature,
-        filters=sampling.filters,
-        tuning=speculation.tuning,
-        draft_max=defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k),
-        seed=seed,
-        stop=sampling.stop,
-        ignore_eos=sampling.ignore_eos,
-    )
-    loaded = open_pair(resolved, runtime, out.warn)
+    resolved = resolve(flags.models)
+    seed = pick_seed(flags.sampling.seed)
+    mode = spec_mode(speculation.spec, flags.models.draft)
+    draft_max = defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k)
+    settings = answer_settings(flags, max_tokens=max_tokens, draft_max=draft_max, seed=seed)
+    loaded = open_pair(resolved, flags.runtime, out.warn)
     if out.live:
         out.note(f"specrun: {loaded.placement.describe()}")
     try:
         splitter = None
         if chat:
-            prompt = loaded.chat_prompt(text, system=system, variables=thinking_variables(think))
+            prompt = loaded.chat_prompt(text, system=framing.system, variables=thinking_variables(framing.think))
             tokens, splitter = prompt.tokens, prompt.splitter()
         else:
-            tokens = loaded.prompt_tokens(text, chat=False, system=system)
-        if len(tokens) >= loaded.n_ctx:
-            raise InputError(
-                f"the prompt is {len(tokens)} tokens but the context holds {loaded.n_ctx}",
-                f"raise --ctx-size above {len(tokens) + max_tokens} or shorten the prompt",
-            )
+            tokens = loaded.prompt_tokens(text, chat=False, system=framing.system)
+        check_prompt_fits(len(tokens), loaded.n_ctx, max_tokens)
         generate(loaded, tokens, settings, out, seed, mode, splitter)
     finally:
         loaded.close()

@@ -12,7 +12,7 @@ import typer
 from .. import defaults
 from ..errors import EXIT_INTERRUPTED, InputError
 from ..runtime.pair import Pair
-from ..runtime.session import require_mode
+from ..runtime.session import Offer, check_mode
 from ..serve.scheduler import SCHEDULES
 from ..terminal import Output
 from . import options as opt
@@ -99,6 +99,12 @@ CorsOrigin = Annotated[
         rich_help_panel=SERVER,
     ),
 ]
+DRAFTER_NAMES = {
+    defaults.LOOKUP: "prompt lookup",
+    defaults.MODEL: "draft model",
+    defaults.TEXT: "draft model, through text",
+    defaults.MTP: "MTP head",
+}
 ORIGIN = re.compile(r"^https?://[^/\s?#]+$")
 
 
@@ -142,7 +148,7 @@ def serve(
                 f"--cors-origin {origin!r} is not an origin", "give scheme://host[:port], e.g. http://localhost:3000"
             )
     mode = spec_mode(speculation.spec, models.draft)
-    require_mode(mode)
+    check_mode(mode)
     sock = bind(host, port)
     try:
         if not is_loopback(host) and not api_key:
@@ -150,10 +156,7 @@ def serve(
                 f"specrun serve: warning: listening on {host} without --api-key: anyone who can reach it may use it"
             )
         resolved = resolve(models)
-        if mode in ("draft", "hybrid", defaults.TEXT) and resolved.draft is None:
-            raise InputError(
-                f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec auto, ngram or off"
-            )
+        check_mode(mode, Offer(draft=resolved.draft is not None))  # before the models load
         k_max = defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k)  # --draft-max 0: no drafts
         base = generation_settings(
             max_tokens=defaults.MAX_TOKENS,
@@ -179,15 +182,7 @@ def serve(
             )
             service = Service(loaded, options, warn=out.warn)
             try:
-                enabled = (
-                    "the MTP head"
-                    if mode == defaults.MTP
-                    else "draft model and prompt lookup"
-                    if service.draft_model_enabled
-                    else "prompt lookup"
-                    if mode != "off"
-                    else "none"
-                )
+                enabled = ", ".join(DRAFTER_NAMES.get(name, name) for name in service.drafting) or "none"
                 out.warn(
                     f"specrun serve: listening on {url_of(sock)} · model {service.model_name} · --spec {mode} "
                     f"(drafting: {enabled}) · --parallel {parallel} · --schedule {schedule}"

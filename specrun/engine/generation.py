@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import ContextOverflowError, InputError
-from .drafting.prompt_lookup import PromptLookup
-from .sequence import GenerationSettings, SequenceState
+from ..errors import InputError
+from .sequence import GenerationSettings, SequenceState, check_prompt_fits
 from .stats import Stats
 from .step import Engine, Policy, Update
 
@@ -35,8 +34,8 @@ class Step:
 class Generation:
     """A prompt's generation on `engine` under `policy`, run by `run()`; `stats` are complete when it ends.
 
-    `lookup`: a prompt lookup that outlives this generation (auto keeps what it learned);
-    `on_step` sees every step's update; `on_finish` is called once the generation ends."""
+    `carried`: per drafter, what outlives this generation (auto's prompt lookup keeps what it
+    learned); `on_step` sees every step's update; `on_finish` is called once the generation ends."""
 
     def __init__(
         self,
@@ -46,7 +45,7 @@ class Generation:
         policy: Policy = Policy(),
         *,
         rng=None,
-        lookup: PromptLookup | None = None,
+        carried: Mapping[str, object] | None = None,
         on_step: Callable[[Update], None] | None = None,
         on_finish: Callable[[Generation], None] | None = None,
     ):
@@ -55,7 +54,7 @@ class Generation:
         self.prompt = list(prompt)
         self.settings = settings
         self.rng = rng
-        self.lookup = lookup
+        self.carried = carried
         self.on_step = on_step
         self.on_finish = on_finish
         self.state: SequenceState | None = None
@@ -75,14 +74,9 @@ class Generation:
         return self.state.text.finish() if self.state is not None else ""
 
     def _check(self) -> None:
-        n_ctx = self.engine.target.n_ctx
         if not self.prompt:
             raise InputError("the prompt is empty", "give at least one token of prompt text")
-        if len(self.prompt) >= n_ctx:
-            raise ContextOverflowError(
-                f"the prompt is {len(self.prompt)} tokens but the context holds {n_ctx}",
-                "raise --ctx-size or shorten the prompt",
-            )
+        check_prompt_fits(len(self.prompt), self.engine.target.n_ctx)
 
     def run(self) -> Iterator[Step]:
         """Yield one Step per target pass; the last one carries `finished`."""
@@ -98,7 +92,7 @@ class Generation:
                 yield Step([], "", finished="max_tokens")
                 return
             engine.configure(self.policy)
-            state = self.state = engine.admit(self.prompt, self.settings, lookup=self.lookup, rng=self.rng)
+            state = self.state = engine.admit(self.prompt, self.settings, carried=self.carried, rng=self.rng)
             state.stats = stats
             self.generated = state.generated
             while not state.done:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .. import defaults
+from ..errors import ContextOverflowError
 from .auto.estimates import PositionRates
 from .llama import Model
 from .sampling import Rng, SamplingParams, make_rng
@@ -40,6 +41,17 @@ class GenerationSettings:
         """The most draft tokens one step may verify in `mode`: `draft_max` when set, else the
         mode's default (defaults.draft_max_for)."""
         return self.draft_max if self.draft_max is not None else defaults.draft_max_for(mode, None)
+
+
+def check_prompt_fits(n_prompt: int, n_ctx: int, max_tokens: int | None = None) -> None:
+    """Refuse a prompt of `n_prompt` tokens that leaves no room in a context of `n_ctx` for the
+    answer's first token; the hint names the size that holds `max_tokens` more, when given."""
+    if n_prompt >= n_ctx:
+        above = f" above {n_prompt + max_tokens}" if max_tokens is not None else ""
+        raise ContextOverflowError(
+            f"the prompt is {n_prompt} tokens but the context holds {n_ctx}",
+            f"raise --ctx-size{above} or shorten the prompt",
+        )
 
 
 @dataclass
@@ -94,8 +106,8 @@ class SequenceState:
     def prefilled(self) -> bool:
         return not self.pending
 
-    def room(self, n_ctx: int, cached_now: int) -> int:
-        """Most draft tokens this step may verify: within max_tokens, the context and the cap."""
+    def step_k_max(self, n_ctx: int, cached_now: int) -> int:
+        """Most draft tokens this step may verify: within max_tokens, the context and its k_max."""
         room_tokens = self.settings.max_tokens - len(self.generated) - 1
         room_ctx = n_ctx - cached_now - 1
         return max(0, min(room_tokens, room_ctx, self.k_max))

@@ -2,8 +2,8 @@
 accept, commit and trim each. `specrun run`, chat, bench, the library and the server all drive it;
 a single request is a batch of one.
 
-A step (1) finishes sequences whose context is full, (2) asks the drafters that propose ahead
-(prompt lookup) for every decoding sequence, (3) plans who drafts and how much (the auto
+A step (1) finishes sequences whose context is full, (2) asks the policy's drafters that propose
+ahead (prompt lookup) for every decoding sequence, (3) plans who drafts and how much (the auto
 controller, or the mode's fixed K), (4) runs each other drafter once for all the sequences it was
 given, (5) verifies every `[last] + draft` and the prompt chunks of sequences still reading their
 prompt in one llama_decode, and (6) accepts each sequence's longest agreeing prefix (or resamples
@@ -16,15 +16,13 @@ the longest prefix with its prompt) and which idle caches are dropped when cells
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import defaults
 from .auto.control import PLAIN, Ask, Choice, Controller, Outcome
 from .auto.plan import Candidate, Option, fixed
-from .drafting.lookup import LookupDrafter
-from .drafting.prompt_lookup import PromptLookup
-from .drafting.protocol import Draft, Drafter, DraftRequest
+from .drafting.protocol import Draft, Drafter, DraftRequest, DraftTuning
 from .llama import Context, Segment
 from .sampling import make_rng
 from .sequence import GenerationSettings, SequenceState
@@ -32,6 +30,12 @@ from .slots import SlotPool
 from .verify import Verifier, verify
 
 EMPTY = Draft()
+Proposed = dict[str, dict[int, Draft]]  # drafter -> sequence -> its proposal in hand
+
+
+def _confidence(draft: Draft) -> list[float]:
+    """A proposal's per-token chances of acceptance (certain where it gives none)."""
+    return draft.confidence or [1.0] * len(draft.tokens)
 
 
 @dataclass
@@ -73,52 +77,49 @@ class StepReport:
 
 @dataclass(frozen=True)
 class Policy:
-    """How the engine speculates: a mode, the most draft tokens a step may verify, the prompt
-    lookup's match lengths and the draft model's early stop, under `auto` the controller that
-    decides (elsewhere a controller, when given, only keeps the cost curves current), and the rule
-    that accepts drafts: `verify`, or a benchmark's synthetic stand-in (verify.SyntheticAcceptance)."""
+    """How the engine speculates: a mode, the registered drafters it drafts with (in the mode's
+    order of preference; every one under auto), their tuning (the most draft tokens a step may
+    verify, the draft models' early stop, prompt lookup's match lengths), under `auto` the
+    controller that decides (elsewhere a controller, when given, only keeps the cost curves
+    current), and the rule that accepts drafts: `verify`, or a benchmark's synthetic stand-in
+    (verify.SyntheticAcceptance). Made by runtime.Session.policy."""
 
-    mode: str = "off"
-    k_max: int = 0
+    mode: str = defaults.OFF
+    drafters: tuple[str, ...] = ()
+    tuning: DraftTuning = DraftTuning()
     controller: Controller | None = None
-    ngrams: tuple[int, int] = (defaults.NGRAM_MIN, defaults.NGRAM_MAX)
-    draft_p_min: float = defaults.DRAFT_P_MIN
-    draft_min: int = defaults.DRAFT_MIN
     verifier: Verifier = verify
 
     @property
+    def k_max(self) -> int:
+        return self.tuning.k_max
+
+    @property
+    def plain(self) -> bool:
+        """Nothing drafts: every step verifies one token a sequence."""
+        return not self.drafters or self.k_max <= 0
+
+    @property
     def auto(self) -> bool:
-        return self.mode == "auto" and self.controller is not None
+        return defaults.MODES[self.mode].chooses and self.controller is not None
 
     def label(self) -> str:
         if self.auto:
             return self.controller.label()
-        return "plain" if self.mode == "off" or self.k_max <= 0 else f"{self.mode} K={self.k_max}"
+        return "plain" if self.plain else f"{self.mode} K={self.k_max}"
 
 
 class Engine:
-    """Decodes sequences of a target context together, with prompt lookup and drafters that run
-    models.
+    """Decodes sequences of a target context together, with the drafters given (every drafter's
+    context shares the target's sequence ids). The slot pool has one slot per sequence of the
+    target context."""
 
-    `model`: the drafter the fixed modes `draft` and `hybrid` draft with (a draft model), or None;
-    `others`: more drafters `auto` may choose, or a mode of their name runs. Every drafter's context
-    shares the target's sequence ids. The slot pool has one slot per sequence of the target context.
-    """
-
-    def __init__(
-        self,
-        target: Context,
-        model: Drafter | None = None,
-        *,
-        others: Sequence[Drafter] = (),
-        n_batch: int | None = None,
-    ):
+    def __init__(self, target: Context, drafters: Sequence[Drafter] = (), *, n_batch: int | None = None):
         self.target = target
-        self.model = model
-        self.drafters: dict[str, Drafter] = {d.name: d for d in [model, *others] if d is not None}
-        self.lookup: LookupDrafter | None = None
+        self.drafters: dict[str, Drafter] = {d.name: d for d in drafters}
         self.n_batch = n_batch or target.n_batch
         self.policy = Policy()
+        self._active: list[Drafter] = []
         self.slots = SlotPool(target.n_seq, target.common_prefix, lambda s: len(self.target.tokens[s]))
         self.steps = 0
 
@@ -126,38 +127,21 @@ class Engine:
 
     def configure(self, policy: Policy) -> None:
         """Speculate as `policy` says from now on."""
-        if policy.mode not in defaults.MODES:
-            raise ValueError(f"unknown mode {policy.mode!r}")
-        if self._fixed_drafter(policy.mode) is None and policy.mode not in ("off", "ngram", "auto"):
-            raise ValueError(f"mode {policy.mode!r} needs a drafter of that kind")
-        if policy.mode == "off":
-            policy = Policy("off", 0, policy.controller)
+        missing = [name for name in policy.drafters if name not in self.drafters]
+        if missing:
+            raise ValueError(f"no drafter {missing[0]!r} is registered")
+        if policy.plain:
+            policy = Policy(defaults.OFF, controller=policy.controller)
         self.policy = policy
+        self._active = [self.drafters[name] for name in policy.drafters]
         for drafter in self.drafters.values():
-            if hasattr(drafter, "p_min"):
-                drafter.p_min, drafter.min_draft = policy.draft_p_min, policy.draft_min
-        uses_lookup = policy.mode in ("auto", "ngram", "hybrid") and policy.k_max > 0
-        if not uses_lookup:
-            self.lookup = None
-        elif self.lookup is None or (self.lookup.ngram_min, self.lookup.ngram_max, self.lookup.k_max) != (
-            *policy.ngrams,
-            policy.k_max,
-        ):
-            self.lookup = LookupDrafter(*policy.ngrams, k_max=policy.k_max)
-
-    def _fixed_drafter(self, mode: str) -> Drafter | None:
-        """The drafter a fixed mode drafts with beside prompt lookup: the model for `draft` and
-        `hybrid`, else the drafter of the mode's name."""
-        return self.model if mode in ("draft", "hybrid") else self.drafters.get(mode)
+            drafter.configure(policy.tuning)
 
     @property
-    def reads_ahead(self) -> Drafter | None:
-        """In a fixed mode whose drafter keeps a cache, that drafter: it reads each prompt at
-        prefill. Under auto a drafter catches up when first chosen, a cost the controller weighs."""
-        drafter = (
-            self._fixed_drafter(self.policy.mode) if self.policy.mode != "auto" and self.policy.k_max > 0 else None
-        )
-        return drafter if drafter is not None and getattr(drafter, "ctx", None) is not None else None
+    def reads_ahead(self) -> list[Drafter]:
+        """In a fixed mode, its drafters that keep a cache: they read each prompt at prefill. Under
+        auto a drafter catches up when first chosen, a cost the controller weighs."""
+        return [] if self.policy.auto else [d for d in self._active if d.ctx is not None]
 
     # -- sequences ---------------------------------------------------------------------------
 
@@ -167,11 +151,12 @@ class Engine:
         settings: GenerationSettings,
         *,
         arrived: float | None = None,
-        lookup: PromptLookup | None = None,
+        carried: Mapping[str, object] | None = None,
         rng=None,
     ) -> SequenceState:
         """Give a generation a sequence, reusing the longest cached prefix of its prompt (every
-        token but the last, whose logits the first step needs)."""
+        token but the last, whose logits the first step needs). `carried`: per drafter, what it
+        keeps across the caller's generations (a session's prompt lookup)."""
         seq, shared = self.slots.claim(prompt)
         try:
             keep = min(shared, len(prompt) - 1)
@@ -190,21 +175,15 @@ class Engine:
             self.target.shortlist(seq, state.sampling.shortlist)
         except BaseException:  # a generation that cannot start never holds a sequence
             self.slots.release(seq)
-            for ctx in self._contexts():
-                ctx.clear(seq)
+            self._drop(seq)
             raise
-        if self.lookup is not None:
-            if lookup is not None:
-                self.lookup.attach(seq, lookup)
-            else:
-                self.lookup.forget(seq)
+        for drafter in self._active:
+            drafter.begin(seq, (carried or {}).get(drafter.name))
         return state
 
     def release(self, state: SequenceState) -> None:
         """The generation is over; its sequence keeps its cache for a follow-up (a recurrent one
         from a checkpoint, since a follow-up's prompt may take tokens back)."""
-        if self.lookup is not None:
-            self.lookup.forget(state.seq)
         self.slots.release(state.seq)
         self.target.checkpoint(state.seq)
 
@@ -220,11 +199,16 @@ class Engine:
         if not state.done:
             state.finish("cancelled")
         self.release(state)
-        for ctx in self._contexts():
-            ctx.clear(state.seq)
+        self._drop(state.seq)
+
+    def _drop(self, seq: int) -> None:
+        """Forget a sequence's caches: the target's, and every drafter's with what it keeps beside."""
+        self.target.clear(seq)
+        for drafter in self.drafters.values():
+            drafter.forget(seq)
 
     def _contexts(self) -> list[Context]:
-        return [self.target] + [d.ctx for d in self.drafters.values() if getattr(d, "ctx", None) is not None]
+        return [self.target] + [d.ctx for d in self.drafters.values() if d.ctx is not None]
 
     # -- one step ----------------------------------------------------------------------------
 
@@ -317,13 +301,7 @@ class Engine:
         verdict = self.policy.verifier(draft.tokens, draft.q, rows, state.sampling, state.rng)
         self.target.trim(state.seq, base + 1 + verdict.accepted)
         if n_draft and choice.drafter is not None:
-            drafter = (
-                self.lookup
-                if self.lookup is not None and choice.drafter == self.lookup.name
-                else self.drafters.get(choice.drafter)
-            )
-            if drafter is not None:
-                drafter.learn(state.seq, n_draft, verdict.accepted)
+            self.drafters[choice.drafter].learn(state.seq, n_draft, verdict.accepted)
             if self.policy.auto:
                 own = state.own.get(choice.drafter)
                 if own is None:
@@ -347,8 +325,7 @@ class Engine:
         del state.pending[:n]
         if not state.prefilled:
             return None
-        reader = self.reads_ahead
-        if reader is not None:
+        for reader in self.reads_ahead:
             self._make_room(reader.ctx, len(state.prompt))
             reader.read([(state.seq, state.prompt)])
         state.stats.prefill_time = time.perf_counter() - (state.timings.admitted or state.timings.arrived)
@@ -358,61 +335,47 @@ class Engine:
 
     # -- planning and drafting ---------------------------------------------------------------
 
-    def _plan(self, decoding: Sequence[SequenceState], reserve: int) -> tuple[dict[int, Choice], dict[int, Draft]]:
+    def _plan(self, decoding: Sequence[SequenceState], reserve: int) -> tuple[dict[int, Choice], Proposed]:
         """Each decoding sequence's choice, with the proposals of drafters that propose ahead."""
-        policy = self.policy
-        if policy.mode == "off" or not decoding:
+        if not self._active or not decoding:
             return {}, {}
-        caps = {s.seq: s.room(self.target.n_ctx, len(self.target.tokens[s.seq])) for s in decoding}
-        proposals: dict[int, Draft] = {}
-        if self.lookup is not None:
-            asked = [
-                DraftRequest(s.seq, s.history, caps[s.seq], s.sampling, s.rng) for s in decoding if caps[s.seq] > 0
-            ]
-            proposals = self.lookup.propose(asked).drafts if asked else {}
+        k_maxes = {s.seq: s.step_k_max(self.target.n_ctx, len(self.target.tokens[s.seq])) for s in decoding}
+        asked = [
+            DraftRequest(s.seq, s.history, k_maxes[s.seq], s.sampling, s.rng) for s in decoding if k_maxes[s.seq] > 0
+        ]
+        proposals: Proposed = {d.name: d.propose(asked).drafts for d in self._active if d.ahead and asked}
         max_rows = self.n_batch - reserve
-        if not policy.auto:
-            return self._fixed(decoding, caps, proposals, max_rows), proposals
-        controller = policy.controller
+        if not self.policy.auto:
+            return self._fixed(decoding, k_maxes, proposals, max_rows), proposals
+        controller = self.policy.controller
         asks = []
         for s in decoding:
-            in_hand = (
-                {self.lookup.name: proposals[s.seq].confidence or [1.0] * len(proposals[s.seq].tokens)}
-                if s.seq in proposals
-                else {}
-            )
+            in_hand = {name: _confidence(made[s.seq]) for name, made in proposals.items() if s.seq in made}
             behind = {
-                name: controller.catch_up_seconds(name, d.lag(s.seq, s.history))
-                for name, d in self.drafters.items()
-                if caps[s.seq] > 0 and controller.weighs(name)
+                d.name: controller.catch_up_seconds(d.name, d.lag(s.seq, s.history))
+                for d in self._active
+                if not d.ahead and k_maxes[s.seq] > 0 and controller.weighs(d.name)
             }
-            asks.append(Ask(s.seq, caps[s.seq], s.remaining(), s.own, in_hand, behind))
+            asks.append(Ask(s.seq, k_maxes[s.seq], s.remaining(), s.own, in_hand, behind))
         decision = controller.plan(asks, max_rows=max_rows, base_rows=reserve)
         return dict(decision.choices), proposals
 
-    def _fixed(self, decoding, caps, proposals, max_rows) -> dict[int, Choice]:
+    def _fixed(self, decoding, k_maxes: dict[int, int], proposals: Proposed, max_rows: int) -> dict[int, Choice]:
+        """A fixed mode's choices: each sequence's options are its drafters' proposals in hand and
+        the other drafters at its K, taken in the mode's order (plan.fixed)."""
         candidates = []
         for s in decoding:
             options = []
-            draft = proposals.get(s.seq)
-            if draft is not None and draft.tokens:
-                options.append(Option(defaults.LOOKUP, draft.confidence or [1.0] * len(draft.tokens)))
-            drafter = self._fixed_drafter(self.policy.mode)
-            if drafter is not None:
-                options.append(Option(drafter.name, [1.0] * caps[s.seq]))
-            candidates.append(Candidate(s.seq, options, caps[s.seq]))
-        kind = self.policy.mode if self.policy.mode in ("ngram", "hybrid") else "draft"
-        model = self._fixed_drafter(self.policy.mode)
-        alloc = fixed(
-            candidates,
-            kind,
-            self.policy.k_max,
-            max_rows=max_rows,
-            model=model.name if model is not None else defaults.MODEL,
-        )
+            for drafter in self._active:
+                if not drafter.ahead:
+                    options.append(Option(drafter.name, [1.0] * k_maxes[s.seq]))
+                elif (draft := proposals.get(drafter.name, {}).get(s.seq)) is not None and draft.tokens:
+                    options.append(Option(drafter.name, _confidence(draft)))
+            candidates.append(Candidate(s.seq, options, k_maxes[s.seq]))
+        alloc = fixed(candidates, self.policy.drafters, self.policy.k_max, max_rows=max_rows)
         return {seq: Choice(drafter, k) for seq, (drafter, k) in alloc.drafts.items()}
 
-    def _draft(self, decoding, choices: dict[int, Choice], proposals: dict[int, Draft], report: StepReport):
+    def _draft(self, decoding, choices: dict[int, Choice], proposals: Proposed, report: StepReport):
         """The drafts the plan asked for: proposals in hand cut to their K, and each other
         drafter's, drafted for all its sequences together; with the passes each drafter ran."""
         drafts: dict[int, Draft] = {}
@@ -421,18 +384,18 @@ class Engine:
             choice = choices.get(s.seq, PLAIN)
             if choice.drafter is None or choice.k <= 0:
                 continue
-            if choice.drafter in self.drafters:
+            if choice.drafter in proposals:
+                if s.seq in proposals[choice.drafter]:
+                    drafts[s.seq] = proposals[choice.drafter][s.seq].cut(choice.k)
+            else:
                 requests.setdefault(choice.drafter, []).append(
                     DraftRequest(s.seq, s.history, choice.k, s.sampling, s.rng)
                 )
-            elif s.seq in proposals:
-                drafts[s.seq] = proposals[s.seq].cut(choice.k)
         passes = {}
         for name, asked in requests.items():
             drafter = self.drafters[name]
-            ctx = getattr(drafter, "ctx", None)
-            if ctx is not None:
-                self._make_room(ctx, sum(drafter.lag(r.seq, r.history) + r.k for r in asked))
+            if drafter.ctx is not None:
+                self._make_room(drafter.ctx, sum(drafter.lag(r.seq, r.history) + r.k for r in asked))
             made = drafter.propose(asked)
             drafts.update(made.drafts)
             passes[name] = made.passes
@@ -443,8 +406,7 @@ class Engine:
         for seq in self.slots.evictable():
             if ctx.free() >= needed:
                 return
-            for each in self._contexts():
-                each.clear(seq)
+            self._drop(seq)
 
     def close(self) -> None:
         for ctx in reversed(self._contexts()):

@@ -17,7 +17,7 @@ from .. import defaults
 from ..engine import devices as engine_devices
 from ..engine import lib as engine_lib
 from ..engine import rpc as engine_rpc
-from ..engine.drafting.model import VocabBridge
+from ..engine.drafting.vocab_bridge import VocabBridge
 from ..engine.generation import Generation, Step
 from ..engine.llama import LoadOptions, Model
 from ..engine.sequence import GenerationSettings

@@ -18,10 +18,10 @@ from ..engine.auto.control import LEARNED_WEIGHT, Controller
 from ..engine.auto.costs import DecodeCosts, calibration_sizes
 from ..engine.auto.costs import measure as measure_costs
 from ..engine.auto.drift import DISAGREE
-from ..engine.drafting.model import ModelDrafter, VocabBridge
-from ..engine.drafting.mtp import AssistantDrafter, MtpDrafter
+from ..engine.drafting import build_drafters
 from ..engine.drafting.prompt_lookup import PromptLookup
-from ..engine.drafting.text import TextDrafter
+from ..engine.drafting.protocol import Drafter, DraftTuning, Sources
+from ..engine.drafting.vocab_bridge import VocabBridge
 from ..engine.generation import Generation, Step
 from ..engine.llama import Context, Model
 from ..engine.sequence import GenerationSettings
@@ -31,10 +31,44 @@ from ..errors import IncompatibleModelsError, InputError
 from . import cost_cache
 
 
-def require_mode(mode: str) -> None:
-    """Refuse a speculation mode that does not exist."""
+@dataclass(frozen=True)
+class Offer:
+    """What a pair can draft with, as far as it is known: the drafters its session registered (None
+    before the models are loaded), whether a draft model was given, a Gemma 4 assistant's file
+    name when one was, and the target's file name."""
+
+    drafters: frozenset[str] | None = None
+    draft: bool = False
+    assistant: str | None = None
+    target: str = "the target"
+
+
+def check_mode(mode: str, offer: Offer | None = None) -> None:
+    """Refuse a speculation mode that does not exist, or that `offer` cannot run (defaults.MODES
+    says what each mode needs); what is not known yet is not judged."""
     if mode not in defaults.MODES:
         raise InputError(f"unknown speculation mode {mode!r}", f"use one of: {', '.join(defaults.MODES)}")
+    needs = defaults.MODES[mode].needs
+    if needs is None or offer is None:
+        return
+    if needs in defaults.DRAFT_MODEL_DRAFTERS and not offer.draft:
+        if offer.assistant is not None:
+            raise InputError(
+                f"--spec {mode} drafts with a draft model, and {offer.assistant} is a Gemma 4 MTP assistant",
+                "use --spec mtp (or auto, the default) with the assistant",
+            )
+        raise InputError(f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec auto, ngram or off")
+    if offer.drafters is None or needs in offer.drafters or needs == defaults.MODEL:
+        return
+    if needs == defaults.MTP:
+        raise IncompatibleModelsError(
+            f"--spec mtp drafts with the target's multi-token-prediction heads, and {offer.target} has none",
+            "use a model with MTP layers (Qwen3.5/3.6, GLM-4.5), or --spec auto, ngram or draft",
+        )
+    raise InputError(
+        f"--spec {mode} drafts with a model of another vocabulary, and this draft shares the target's",
+        "use --spec draft (or auto) with this pair",
+    )
 
 
 @dataclass(frozen=True)
@@ -60,7 +94,8 @@ class Models:
 
 class Session:
     """Contexts of `n_seq` sequences (a pool of `n_seq_pool` sequences' worth of cells) on the
-    models, the engine over them, and what speculation learns across generations."""
+    models, the engine over them with every drafter they can run, and what speculation learns
+    across generations."""
 
     def __init__(
         self, models: Models, *, n_seq: int = 1, n_seq_pool: int | None = None, costs: DecodeCosts | None = None
@@ -79,20 +114,16 @@ class Session:
             self.head_ctx = Context(assistant, head=True, other=self.target_ctx, **common)
         else:
             self.head_ctx = Context(models.target, head=True, **common) if heads else None
-        model = None
-        if self.draft_ctx is not None:
-            model = (
-                TextDrafter(self.draft_ctx, models.target)
-                if models.drafting == "text"
-                else ModelDrafter(self.draft_ctx, bridge=models.bridge)
-            )
-        chained = models.target.mtp_heads if models.mtp_chain == "chained" else 0
-        others = []
-        if assistant is not None:
-            others = [AssistantDrafter(self.head_ctx, self.target_ctx)]
-        elif self.head_ctx is not None:
-            others = [MtpDrafter(self.head_ctx, self.target_ctx, chained=chained)]
-        self.engine = Engine(self.target_ctx, model, others=others, n_batch=models.n_batch)
+        sources = Sources(
+            self.target_ctx,
+            self.draft_ctx,
+            text=models.drafting == "text",
+            bridge=models.bridge,
+            head=self.head_ctx,
+            assistant=assistant is not None,
+            chained_heads=models.target.mtp_heads if models.mtp_chain == "chained" else 0,
+        )
+        self.engine = Engine(self.target_ctx, build_drafters(sources), n_batch=models.n_batch)
         self.costs: DecodeCosts | None = costs  # the models' decode costs, once read or measured
         self.parallel = n_seq_pool or n_seq
         self._auto: tuple | None = None  # (key, controller, lookup), kept across generations
@@ -100,7 +131,7 @@ class Session:
         self._said_plain = False  # a target that cannot rewind decodes plain: said once
 
     @property
-    def rewind_limit(self) -> int | None:
+    def max_rewind(self) -> int | None:
         """The most draft tokens a step may verify on this target's cache (None: no limit; 0: a
         recurrent cache that cannot take tokens back, so every generation decodes plain)."""
         return self.target_ctx.max_rewind
@@ -112,11 +143,16 @@ class Session:
     def rollback(self) -> dict:
         """How the target's cache takes tokens back: its kind ("positions", "snapshots", "none")
         and the most draft tokens a step may verify (None: any), with its MTP heads."""
-        return {"kind": self.target_ctx.rewind, "limit": self.rewind_limit, "mtp_heads": self.models.target.mtp_heads}
+        return {"kind": self.target_ctx.rewind, "limit": self.max_rewind, "mtp_heads": self.models.target.mtp_heads}
 
     @property
-    def mtp(self) -> MtpDrafter | None:
-        """The target's own multi-token-prediction head as a drafter, when its file has one."""
+    def model_drafter(self) -> Drafter | None:
+        """The drafter that runs the draft model (through tokens or through text), when there is one."""
+        return next((self.engine.drafters[n] for n in defaults.DRAFT_MODEL_DRAFTERS if n in self.engine.drafters), None)
+
+    @property
+    def mtp(self) -> Drafter | None:
+        """The target's own multi-token-prediction heads (or a Gemma 4 assistant) as a drafter."""
         return self.engine.drafters.get(defaults.MTP)
 
     @property
@@ -125,63 +161,72 @@ class Session:
 
     # -- generations -------------------------------------------------------------------------
 
+    def offer(self) -> Offer:
+        assistant = self.models.draft_path.name if self.models.assistant is not None else None
+        return Offer(frozenset(self.engine.drafters), self.has_draft, assistant, self.models.target_path.name)
+
     def check_mode(self, mode: str) -> None:
         """Refuse a mode this session cannot run, before anything else happens."""
-        require_mode(mode)
-        if mode in ("draft", "hybrid", defaults.TEXT) and not self.has_draft and self.models.assistant is not None:
-            raise InputError(
-                f"--spec {mode} drafts with a draft model, and {self.models.draft_path.name} is a Gemma 4 MTP assistant",
-                "use --spec mtp (or auto, the default) with the assistant",
-            )
-        if mode in ("draft", "hybrid", defaults.TEXT) and not self.has_draft:
-            raise InputError(f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec ngram or off")
-        if mode == defaults.MTP and self.mtp is None:
-            raise IncompatibleModelsError(
-                f"--spec mtp drafts with the target's multi-token-prediction heads, and {self.models.target_path.name} has none",
-                "use a model with MTP layers (Qwen3.5/3.6, GLM-4.5), or --spec auto, ngram or draft",
-            )
-        if mode == defaults.TEXT and self.models.drafting != "text":
-            raise InputError(
-                "--spec text drafts with a model of another vocabulary, and this draft shares the target's",
-                "use --spec draft (or auto) with this pair",
-            )
+        check_mode(mode, self.offer())
+
+    def drafters_of(self, mode: str) -> tuple[str, ...]:
+        """The registered drafters `mode` drafts with: every one under auto, else the mode's own
+        (the draft model's, whichever way it drafts, where the mode names MODEL)."""
+        if defaults.MODES[mode].chooses:
+            return tuple(self.engine.drafters)
+        model = self.model_drafter
+        return tuple(
+            model.name if name == defaults.MODEL and model is not None else name
+            for name in defaults.MODES[mode].drafters
+        )
 
     def policy(
-        self, mode: str, settings: GenerationSettings, *, fresh: bool = False, verifier: Verifier | None = None
+        self,
+        mode: str,
+        settings: GenerationSettings,
+        *,
+        fresh: bool = False,
+        verifier: Verifier | None = None,
+        track_costs: bool = False,
     ) -> tuple[Policy, PromptLookup | None]:
-        """How a generation in `mode` speculates with the settings' K and tuning; under auto, also
-        the prompt lookup that lives as long as the session. A `verifier` other than the real one
-        (a benchmark's synthetic acceptance) gets an auto state of its own that starts from nothing
-        learned and is thrown away after: what it sees is not the models' acceptance."""
+        """How a generation in `mode` speculates with the settings' K and tuning, K within what the
+        target's cache can take back and the mode's drafters can draft; under auto, also the prompt
+        lookup that lives as long as the session. The one place a Policy is made.
+
+        `fresh`: auto starts from what earlier processes learned, not this session, and keeps
+        nothing. A `verifier` other than the real one (a benchmark's synthetic acceptance) gets an
+        auto state of its own that starts from nothing learned and is thrown away after: what it
+        sees is not the models' acceptance. `track_costs`: every mode gets a controller, which
+        outside auto only keeps the cost curves current (a server predicts its requests' times
+        from them)."""
         self.check_mode(mode)
+        drafters = self.drafters_of(mode)
         k = settings.draft_max_for(mode)
-        if self.rewind_limit is not None:
-            k = min(k, self.rewind_limit)
-        if mode == defaults.MTP and self.mtp.k_max is not None:
-            k = min(k, self.mtp.k_max)
-        if self.rewind_limit == 0 and mode != "off" and not self._said_plain:
+        if self.max_rewind is not None:
+            k = min(k, self.max_rewind)
+        if not defaults.MODES[mode].chooses:
+            for name in drafters:
+                cap = self.engine.drafters[name].k_max
+                k = min(k, cap) if cap is not None else k
+        if self.max_rewind == 0 and drafters and not self._said_plain:
             self._said_plain = True
             self.models.warn(
                 f"specrun: {self.models.target_path.name}'s cache cannot take tokens back, so every mode decodes plain"
             )
-        tuning = dict(
-            ngrams=(settings.ngram_min, settings.ngram_max),
-            draft_p_min=settings.draft_p_min,
-            draft_min=settings.draft_min,
-        )
-        if mode == "off" or k <= 0:
-            return Policy("off", 0), None
+        tuning = DraftTuning(k, settings.draft_min, settings.draft_p_min, (settings.ngram_min, settings.ngram_max))
         checked = {} if verifier is None else {"verifier": verifier}
-        if mode != "auto":
-            return Policy(mode, k, **tuning, **checked), None
+        if not defaults.MODES[mode].chooses:
+            tracker = self.controller(max(k, 1)) if track_costs else None
+            if not drafters or k <= 0:
+                return Policy(defaults.OFF, controller=tracker), None
+            return Policy(mode, drafters, tuning, tracker, **checked), None
+        if k <= 0:
+            return Policy(defaults.OFF, controller=self.controller(1) if track_costs else None), None
         if verifier is not None:
-            controller, lookup = (
-                self.controller(k, min(k, defaults.DRAFT_MAX)),
-                PromptLookup(*tuning["ngrams"], k_max=k),
-            )
+            controller, lookup = self.controller(k), PromptLookup(*tuning.ngrams, k_max=k)
         else:
-            controller, lookup = self._auto_state(k, min(k, defaults.DRAFT_MAX), tuning["ngrams"], fresh)
-        return Policy("auto", k, controller, **tuning, **checked), lookup
+            controller, lookup = self._auto_state(k, tuning.ngrams, fresh)
+        return Policy(mode, drafters, tuning, controller, **checked), lookup
 
     def generation(
         self,
@@ -201,7 +246,8 @@ class Session:
         policy, lookup = self.policy(mode or defaults.SPEC_MODE, settings, fresh=fresh, verifier=verifier)
         keeps = policy.auto and verifier is None
         on_finish = (lambda _: self._finished(policy, lookup, settings, fresh)) if keeps else None
-        return Generation(self.engine, tokens, settings, policy, lookup=lookup, on_step=on_step, on_finish=on_finish)
+        carried = {defaults.LOOKUP: lookup} if lookup is not None else None
+        return Generation(self.engine, tokens, settings, policy, carried=carried, on_step=on_step, on_finish=on_finish)
 
     def stream(self, tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None) -> Iterator[Step]:
         return self.generation(tokens, settings, mode=mode).run()
@@ -214,31 +260,26 @@ class Session:
 
     # -- auto's state ------------------------------------------------------------------------
 
-    def controller(self, k_max: int, k_start: int | None = None) -> Controller:
-        """A controller seeded from the decode costs (measured now when none are known)."""
-        model, mtp = self.engine.model, self.mtp
-        names = (
-            [defaults.LOOKUP] + ([model.name] if model is not None else []) + ([mtp.name] if mtp is not None else [])
-        )
-        caps = {mtp.name: mtp.k_max} if mtp is not None and mtp.k_max is not None else {}
-        controller = Controller(names, k_max=k_max, k_start=k_start or min(k_max, defaults.DRAFT_MAX), caps=caps)
+    def controller(self, k_max: int) -> Controller:
+        """A controller over every drafter of the session, seeded from the decode costs (measured
+        now when none are known)."""
+        drafters = self.engine.drafters
+        caps = {name: d.k_max for name, d in drafters.items() if d.k_max is not None}
+        controller = Controller(list(drafters), k_max=k_max, k_start=min(k_max, defaults.DRAFT_MAX), drafter_k_max=caps)
         costs = self.decode_costs()
-        passes = {}
-        if model is not None and costs.draft_passes():
-            passes[model.name] = costs.draft_passes()
-        if mtp is not None and costs.mtp_s:
-            passes[mtp.name] = dict(costs.mtp_s)
+        model = self.model_drafter
+        timed = {model.name: costs.draft_passes()} if model is not None else {}
+        timed[defaults.MTP] = costs.mtp_s
+        passes = {name: dict(seconds) for name, seconds in timed.items() if name in drafters and seconds}
         controller.seed(costs.verify_s, passes or None)
         return controller
 
-    def _auto_state(
-        self, k_max: int, k_start: int, ngrams: tuple[int, int], fresh: bool
-    ) -> tuple[Controller, PromptLookup]:
+    def _auto_state(self, k_max: int, ngrams: tuple[int, int], fresh: bool) -> tuple[Controller, PromptLookup]:
         """The controller and its lookup, kept across generations and started from what earlier
         runs learned (specrun's cache); with `fresh` every generation gets new ones."""
         key = (k_max, ngrams)
         if fresh or self._auto is None or self._auto[0] != key:
-            controller = self.controller(k_max, k_start)
+            controller = self.controller(k_max)
             lookup = PromptLookup(*ngrams, k_max=k_max)
             learned = self._learned(ngrams)
             if learned:

@@ -15,9 +15,8 @@ from .. import defaults
 from ..engine import compute_thread
 from ..engine.auto.costs import DecodeCosts
 from ..engine.sampling import SamplingParams
-from ..engine.sequence import GenerationSettings
-from ..engine.step import Policy
-from ..errors import SpecrunError
+from ..engine.sequence import GenerationSettings, check_prompt_fits
+from ..errors import ContextOverflowError, SpecrunError
 from ..models.chat_template import RESERVED
 from ..runtime.pair import Pair
 from ..runtime.session import Session
@@ -81,25 +80,23 @@ class Service:
         # No token covers more bytes than the longest piece of the vocabulary (an unknown character,
         # at most 4 bytes, becomes one token), so a prompt of more bytes than this cannot fit.
         self.max_prompt_bytes = self.ctx_size * max(pair.target_model.longest_piece(), 4)
-        base = options.base
         # The cache of every finished request is kept for a follow-up: as many sequences again as decode together.
         self.session = Session(pair.models(), n_seq=2 * options.parallel, n_seq_pool=options.parallel, costs=costs)
         if costs is None:
             if warn is not None:
                 warn("specrun serve: measuring batch costs")
             self.session.costs = compute_thread.call(self.session.measure)  # the engine loop's thread
-        self.session.check_mode(options.mode)
         self.engine = self.session.engine
-        model = self.engine.model
-        uses_model = model is not None and options.mode in ("auto", "draft", "hybrid", defaults.TEXT)
-        k_max = options.draft_max if options.mode != "off" else 0
-        self.controller = self.session.controller(max(k_max, 1))
-        self.draft_model_enabled = uses_model and (options.mode != "auto" or not self.controller.hopeless(model.name))
-        self.engine.configure(
-            Policy(
-                options.mode, k_max, self.controller, (base.ngram_min, base.ngram_max), base.draft_p_min, base.draft_min
-            )
+        # Every mode gets a controller: outside auto it keeps the cost curves the scheduler predicts from.
+        policy, _ = self.session.policy(
+            options.mode, replace(options.base, draft_max=options.draft_max), fresh=True, track_costs=True
         )
+        self.controller = policy.controller
+        # The drafters that may draft: under auto, not one whose measured cost can never pay.
+        self.drafting = tuple(d for d in policy.drafters if not (policy.auto and self.controller.hopeless(d)))
+        model = self.session.model_drafter
+        self.draft_model_enabled = model is not None and model.name in self.drafting
+        self.engine.configure(policy)
         self.metrics = Metrics(gauges=self._gauges)
         self.worker = Worker(
             self.engine,
@@ -187,13 +184,14 @@ class Service:
         """The job for a request's tokens; `max_tokens` None: until the end of the answer or of the context."""
         if not tokens:
             raise RequestError("the prompt is empty", param)
-        if len(tokens) >= self.ctx_size:
+        try:
+            check_prompt_fits(len(tokens), self.ctx_size)
+        except ContextOverflowError as error:
             raise RequestError(
-                f"the prompt is {len(tokens)} tokens but each request's context holds {self.ctx_size} "
-                "(shorten it, or start the server with a larger --ctx-size)",
+                f"{error.message} (shorten it, or start the server with a larger --ctx-size)",
                 param,
                 "context_length_exceeded",
-            )
+            ) from None
         base = self.options.base
         filters = base.sampling
         sampling = SamplingParams(

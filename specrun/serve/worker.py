@@ -97,12 +97,12 @@ class Handle:
 
 class Worker:
     """Runs the engine for submitted jobs; at most `parallel` decode at once and `queue` wait.
-    `costs`: the controller whose cost curves predict how long a request takes."""
+    `controller`: the controller whose cost curves predict how long a request takes."""
 
     def __init__(
         self,
         engine: Engine,
-        costs: Controller,
+        controller: Controller,
         *,
         parallel: int,
         queue: int,
@@ -112,7 +112,7 @@ class Worker:
         warn: Callable[[str], None] | None = None,
     ):
         self.engine = engine
-        self.costs = costs
+        self.controller = controller
         self.parallel = parallel
         self.queue_limit = queue
         self.scheduler: Scheduler[Handle] = Scheduler(schedule)
@@ -125,7 +125,7 @@ class Worker:
         self._draining = False
         self._deadline: float | None = None
         self._stopping = False
-        self._loop: compute_thread.Job | None = None  # the engine loop on the compute thread, once started
+        self._loop: compute_thread.Task | None = None  # the engine loop on the compute thread, once started
         self._failure: str | None = None  # why the engine thread ended, when it did
         self.served = 0
 
@@ -218,8 +218,8 @@ class Worker:
             prompt,
             max(tokens, 1.0),
             self.estimates.tokens_per_step(cls),
-            prompt_token_seconds=self.costs.verify(n_batch) / n_batch,
-            step_seconds=self.costs.verify(self.parallel),
+            prompt_token_seconds=self.controller.verify(n_batch) / n_batch,
+            step_seconds=self.controller.verify(self.parallel),
         )
 
     # -- the engine thread -------------------------------------------------------------------

@@ -1,0 +1,26 @@
+"""Every drafter of the engine, and the one registry a session builds them from.
+
+A drafter implements the protocol (protocol.py) and offers a `build(sources)` that returns it, or
+None when the session's models cannot draft that way; adding a drafter is its module and one line
+in REGISTRY. The engine's step asks each registered drafter the same way (engine/step.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import assistant, lookup, model, mtp, text
+from .protocol import Drafter, Sources
+
+REGISTRY: tuple[Callable[[Sources], Drafter | None], ...] = (
+    lookup.build,  # prompt lookup: every session
+    model.build,  # a draft model of the target's vocabulary
+    text.build,  # a draft model of another vocabulary, drafting through text
+    mtp.build,  # the target's own multi-token-prediction heads
+    assistant.build,  # a Gemma 4 MTP assistant over the target's cache
+)
+
+
+def build_drafters(sources: Sources) -> list[Drafter]:
+    """The drafters `sources` can run, in registry order."""
+    return [drafter for make in REGISTRY if (drafter := make(sources)) is not None]

@@ -6,29 +6,40 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ... import defaults
 from .prompt_lookup import PromptLookup
-from .protocol import DraftRequest, Proposals
+from .protocol import DraftRequest, DraftTuning, Proposals, Sources
 
 
 class LookupDrafter:
-    """Prompt lookup for every sequence; `attach` gives a sequence a lookup that outlives one
-    generation (what it learned of its evidence carries over to the next turn)."""
+    """Prompt lookup for every sequence. A generation may bring a lookup that outlives it (`begin`
+    with a PromptLookup: what it learned of its evidence carries over to the next turn); otherwise
+    each starts afresh with the tuning's match lengths and K."""
 
-    name = "ngram"
+    name = defaults.LOOKUP
     ahead = True
+    ctx = None
+    k_max = None
 
-    def __init__(self, ngram_min: int, ngram_max: int, k_max: int):
-        self.ngram_min = ngram_min
-        self.ngram_max = ngram_max
-        self.k_max = k_max
+    def __init__(self, tuning: DraftTuning = DraftTuning()):
+        self.tuning = tuning
         self.states: dict[int, PromptLookup] = {}
 
-    def attach(self, seq: int, lookup: PromptLookup) -> None:
-        self.states[seq] = lookup
+    def configure(self, tuning: DraftTuning) -> None:
+        """Lookups made for other match lengths or another K are dropped."""
+        if (tuning.ngrams, tuning.k_max) != (self.tuning.ngrams, self.tuning.k_max):
+            self.states.clear()
+        self.tuning = tuning
+
+    def begin(self, seq: int, carried: object | None) -> None:
+        if isinstance(carried, PromptLookup):
+            self.states[seq] = carried
+        else:
+            self.states.pop(seq, None)
 
     def state(self, seq: int) -> PromptLookup:
         if seq not in self.states:
-            self.states[seq] = PromptLookup(self.ngram_min, self.ngram_max, k_max=self.k_max)
+            self.states[seq] = PromptLookup(*self.tuning.ngrams, k_max=self.tuning.k_max)
         return self.states[seq]
 
     def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
@@ -50,3 +61,8 @@ class LookupDrafter:
 
     def forget(self, seq: int) -> None:
         self.states.pop(seq, None)
+
+
+def build(sources: Sources) -> LookupDrafter:
+    """Prompt lookup needs nothing but the history: every session has it."""
+    return LookupDrafter()

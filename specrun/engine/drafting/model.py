@@ -13,102 +13,34 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..llama import Context, Model, Segment
-from ..shortlist import argmax
-from .protocol import Draft, DraftPass, DraftRequest, Proposals
-
-
-def top_probability(logits: np.ndarray) -> float:
-    """Softmax probability of the argmax, without materialising the distribution."""
-    shifted = logits - logits.max()
-    return float(1.0 / np.exp(shifted).sum())
-
-
-def choose(
-    request: DraftRequest, logits: np.ndarray, draft: Draft, depth: int, p_min: float, min_draft: int
-) -> int | None:
-    """The token at `depth` of one sequence's draft, appended to it with its confidence (and its
-    distribution q when sampling, so verification stays exact); None when the draft stops here:
-    its confidence fell below `p_min` after `min_draft` tokens."""
-    q = None
-    if request.sampling.greedy:
-        token = argmax(logits)
-        confidence = top_probability(logits) if p_min > 0 else 1.0
-    else:
-        q = request.sampling.dist(logits)
-        token = q.sample(request.rng)
-        confidence = q.top()
-    if depth > min_draft and confidence < p_min:
-        return None
-    draft.tokens.append(token)
-    draft.confidence.append(confidence)
-    if q is not None:
-        draft.q.append(q)
-    return token
-
-
-class VocabBridge:
-    """Token ids between a target and a draft whose vocabularies differ in size.
-
-    Compatible models share every id below the smaller size (llama.cpp allows up to 128 ids of
-    difference, usually padding). The draft must never propose an id the target lacks, so its
-    logits are cut to the target's size before anything is chosen from them (its proposal
-    distribution then lies on ids the target has). The draft model must never be fed an id it
-    lacks, so such ids in the history are replaced, one for one, by the draft's first token for
-    the same text: the draft then reads nearly the same context, and since verification decides
-    alone what is kept, the output stays exactly the target's.
-    """
-
-    def __init__(self, target: Model, draft: Model):
-        self.target_size = target.n_vocab
-        self.draft_size = draft.n_vocab
-        self._target = target
-        self._draft = draft
-        self._substitutes: dict[int, int] = {}
-
-    @property
-    def identity(self) -> bool:
-        return self.target_size == self.draft_size
-
-    def proposal_logits(self, logits: np.ndarray) -> np.ndarray:
-        """The draft's logits restricted to ids the target has."""
-        return logits[: self.target_size] if self.draft_size > self.target_size else logits
-
-    def feedable(self, tokens: Sequence[int]) -> list[int]:
-        """`tokens` with every id the draft lacks replaced (a copy; unchanged when none is)."""
-        if self.target_size <= self.draft_size:
-            return list(tokens)
-        size = self.draft_size
-        return [t if t < size else self._substitute(t) for t in tokens]
-
-    def _substitute(self, token: int) -> int:
-        if token not in self._substitutes:
-            text = self._target.piece(token)
-            ids = (
-                self._draft.tokenize(text.decode("utf-8", "replace"), add_special=False, parse_special=False)
-                if text
-                else []
-            )
-            self._substitutes[token] = next((i for i in ids if i < self.draft_size), 0)
-        return self._substitutes[token]
+from ..llama import Context, Segment
+from .depth import draft_by_depth
+from .protocol import DraftPass, DraftRequest, DraftTuning, Proposals, Sources
+from .vocab_bridge import VocabBridge
 
 
 class ModelDrafter:
     """Drafts with a small model on its own context, whose sequence ids are the target's.
 
-    A sequence's draft stops early when the draft's top probability falls below `p_min` (after
-    `min_draft` tokens): an unsure draft is likely rejected and costs a draft pass per token. With a
-    `bridge`, vocabularies of different sizes are reconciled (see VocabBridge).
+    A sequence's draft stops early when the draft's top probability falls below `draft_p_min`
+    (after `draft_min` tokens): an unsure draft is likely rejected and costs a draft pass per token.
+    With a `bridge`, vocabularies of different sizes are reconciled (see VocabBridge).
     """
 
     name = "draft"
     ahead = False
+    k_max = None
 
-    def __init__(self, ctx: Context, *, p_min: float = 0.0, min_draft: int = 0, bridge: VocabBridge | None = None):
+    def __init__(self, ctx: Context, *, tuning: DraftTuning = DraftTuning(), bridge: VocabBridge | None = None):
         self.ctx = ctx
-        self.p_min = p_min
-        self.min_draft = min_draft
+        self.tuning = tuning
         self.bridge = bridge if bridge is not None and not bridge.identity else None
+
+    def configure(self, tuning: DraftTuning) -> None:
+        self.tuning = tuning
+
+    def begin(self, seq: int, carried: object | None) -> None:
+        """The cache is brought in line with the history at the next proposal; nothing to do here."""
 
     def _feedable(self, tokens: Sequence[int]) -> list[int]:
         return list(tokens) if self.bridge is None else self.bridge.feedable(tokens)
@@ -130,48 +62,40 @@ class ModelDrafter:
         return out
 
     def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
-        out = Proposals()
         live = [r for r in requests if r.k > 0]
-        segments = []
+        segments: dict[int, Segment] = {}
         for request in live:
             fed = self._feedable(request.history)
             keep = min(
                 self.ctx.common_prefix(request.seq, fed), len(fed) - 1
             )  # the last one is decoded again for its logits
             self.ctx.trim(request.seq, keep)
-            segments.append(Segment(request.seq, fed[keep:], "last"))
+            segments[request.seq] = Segment(request.seq, fed[keep:], "last")
             self.ctx.shortlist(request.seq, self._shortlist(request))
-            out.drafts[request.seq] = Draft(q=None if request.sampling.greedy else [], confidence=[])
-        depth = 0
-        while live:
-            logits, drafted = self._pass(segments)
-            out.passes.append(drafted)
-            depth += 1
-            if depth == 1:  # a recurrent draft cache cannot take its draft back: keep the history to return to
-                for request in live:
+
+        def run(asked: Sequence[DraftRequest], depth: int):
+            logits, made = self._pass([segments[r.seq] for r in asked])
+            if depth == 0:  # a recurrent draft cache cannot take its draft back: keep the history to return to
+                for request in asked:
                     self.ctx.checkpoint(request.seq)
-            still, segments = [], []
-            for request, row in zip(live, logits):
-                token = self._choose(request, row, out.drafts[request.seq], depth)
-                if token is not None and depth < request.k:
-                    still.append(request)
-                    segments.append(Segment(request.seq, [token], "last"))
-            live = still
-        return out
+            return [(self._proposal_logits(row), None) for row in logits], made
+
+        def advance(request: DraftRequest, token: int, _) -> None:
+            segments[request.seq] = Segment(request.seq, [token], "last")
+
+        return draft_by_depth(live, run, advance, self.tuning)
 
     def _shortlist(self, request: DraftRequest) -> int:
         """The top-k cut the draft's rows may take in the graph: none where the whole row is
-        needed, for the confidence of a greedy draft under p_min (a softmax over the vocabulary)
-        or for the bridge's cut to the target's ids (which comes before top-k)."""
-        if self.bridge is not None or (request.sampling.greedy and self.p_min > 0):
+        needed, for the confidence of a greedy draft under draft_p_min (a softmax over the
+        vocabulary) or for the bridge's cut to the target's ids (which comes before top-k)."""
+        if self.bridge is not None or (request.sampling.greedy and self.tuning.draft_p_min > 0):
             return 0
         return request.sampling.shortlist
 
-    def _choose(self, request: DraftRequest, logits: np.ndarray, draft: Draft, depth: int) -> int | None:
-        """Pick the token at `depth` for one sequence and append it to its draft; None when the draft stops here."""
-        if self.bridge is not None:
-            logits = self.bridge.proposal_logits(logits)
-        return choose(request, logits, draft, depth, self.p_min, self.min_draft)
+    def _proposal_logits(self, logits: np.ndarray) -> np.ndarray:
+        """A row as drafts are chosen from it: cut to the target's ids through the bridge."""
+        return logits if self.bridge is None else self.bridge.proposal_logits(logits)
 
     def _pass(self, segments: Sequence[Segment]) -> tuple[list[np.ndarray | None], DraftPass]:
         """One draft pass; its rows are read before the next one, so they need no copy when they fit one batch."""
@@ -184,3 +108,10 @@ class ModelDrafter:
 
     def forget(self, seq: int) -> None:
         self.ctx.clear(seq)
+
+
+def build(sources: Sources) -> ModelDrafter | None:
+    """The draft model's drafter, for a draft that shares the target's vocabulary."""
+    if sources.draft is None or sources.text:
+        return None
+    return ModelDrafter(sources.draft, bridge=sources.bridge)

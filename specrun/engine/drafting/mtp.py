@@ -18,8 +18,8 @@ the hidden rows that produced them), so head d attends only to what it wrote. Ea
 the head's own distribution under the sampling settings, so rejection sampling keeps the target's
 distribution exactly at any temperature.
 
-Gemma 4 drafts with a separate small model instead, the assistant (AssistantDrafter below), whose
-blocks attend over the target's cache rather than a cache of their own.
+Gemma 4 drafts with a separate small model instead, the assistant (assistant.py), whose blocks
+attend over the target's cache rather than a cache of their own.
 """
 
 from __future__ import annotations
@@ -27,45 +27,32 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-import numpy as np
-
+from ... import defaults
 from ..llama import Context, HeadSegment
-from .model import choose
-from .protocol import Draft, DraftPass, DraftRequest, Proposals
+from .depth import draft_by_depth
+from .hidden import HiddenRows
+from .protocol import DraftPass, DraftRequest, DraftTuning, Proposals, Sources
 
 
 class MtpDrafter:
     """Drafts with the head context `head` on the target context `target` (made with hidden=True),
-    whose sequence ids it shares."""
+    whose sequence ids it shares. `chained`: how many heads are trained one per depth (0: one head
+    reused at every depth); chained heads draft one token each, so that is its `k_max`."""
 
-    name = "mtp"
+    name = defaults.MTP
     ahead = False
 
-    def __init__(self, head: Context, target: Context, *, p_min: float = 0.0, min_draft: int = 0, chained: int = 0):
+    def __init__(self, head: Context, target: Context, *, tuning: DraftTuning = DraftTuning(), chained: int = 0):
         self.ctx = head
-        self.target = target
-        self.p_min = p_min
-        self.min_draft = min_draft
-        self.heads = chained  # heads drafted one per depth (0: one head reused at every depth)
-        self._zeros = np.zeros(head.model.n_embd_out, dtype=np.float32)
-        self._rows: dict[int, dict[int, np.ndarray]] = {}  # seq -> position -> the target's hidden row there
-        target.on_hidden = self._hidden
+        self.tuning = tuning
+        self.k_max = chained or None
+        self.hidden = HiddenRows(target, head.model.n_embd_out)
 
-    @property
-    def k_max(self) -> int | None:
-        """The most tokens a step drafts (None: any): chained heads draft one each."""
-        return self.heads or None
+    def configure(self, tuning: DraftTuning) -> None:
+        self.tuning = tuning
 
-    def _hidden(self, seq: int, position: int, rows: np.ndarray) -> None:
-        """The target decoded rows at position.. of seq: keep them for the head."""
-        kept = self._rows.setdefault(seq, {})
-        for i in range(len(rows)):
-            kept[position + i] = rows[i]
-
-    def _row(self, seq: int, position: int) -> np.ndarray:
-        """The target's row at `position` (zeros before the first; also for a row no longer kept,
-        which costs acceptance only: verification decides what is kept)."""
-        return self._rows.get(seq, {}).get(position, self._zeros) if position >= 0 else self._zeros
+    def begin(self, seq: int, carried: object | None) -> None:
+        """The head's cache is brought in line with the history at the next proposal; nothing to do here."""
 
     def _catch_up(self, seq: int, history: Sequence[int], upto: int, last: bool) -> HeadSegment | None:
         """The pairs the head lacks of history[:upto], after cutting its cache to what it shares."""
@@ -73,18 +60,12 @@ class MtpDrafter:
         self.ctx.trim(seq, keep)
         if keep >= upto:
             return None
-        return HeadSegment(seq, list(history[keep:upto]), [self._row(seq, p - 1) for p in range(keep, upto)], last)
+        rows = [self.hidden.row(seq, p - 1) for p in range(keep, upto)]
+        return HeadSegment(seq, list(history[keep:upto]), rows, last)
 
     def _prune(self, seq: int) -> None:
         """Rows the head has read are dropped, but the last one: the next pair needs it."""
-        self._forget_rows_before(seq, len(self.ctx.tokens[seq]) - 1)
-
-    def _forget_rows_before(self, seq: int, position: int) -> None:
-        """The target's rows of `seq` before `position` are never read again."""
-        kept = self._rows.get(seq)
-        if kept:
-            for old in [p for p in kept if p < position]:
-                del kept[old]
+        self.hidden.forget_before(seq, len(self.ctx.tokens[seq]) - 1)
 
     def lag(self, seq: int, history: Sequence[int]) -> int:
         return max(0, len(history) - 1 - self.ctx.common_prefix(seq, history))
@@ -106,12 +87,12 @@ class MtpDrafter:
         """Chained heads: the heads after the first read the same pairs, each into its own layer
         (the cells are cut and taken again, so the first head, read last, leaves them in place)."""
         passes = []
-        if not self.heads:
+        if not self.k_max:
             return passes
         bases = {seg.seq: len(self.ctx.tokens[seg.seq]) for seg in segments}
         quiet = [HeadSegment(seg.seq, seg.tokens, seg.rows, False) for seg in segments]
         try:
-            for head in range(self.heads - 1, 0, -1):
+            for head in range(self.k_max - 1, 0, -1):
                 self.ctx.select_head(head)
                 passes.append(self._pass(quiet)[1])
                 for seq, base in bases.items():
@@ -121,49 +102,45 @@ class MtpDrafter:
         return passes
 
     def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
-        out = Proposals()
         live = [r for r in requests if r.k > 0 and r.history]
-        segments = [self._catch_up(r.seq, r.history, len(r.history), True) for r in live]
-        committed = {r.seq: len(r.history) for r in live}
-        drafted: dict[int, tuple[list[int], list[np.ndarray]]] = {r.seq: ([], []) for r in live}
-        for request in live:
-            out.drafts[request.seq] = Draft(q=None if request.sampling.greedy else [], confidence=[])
-        depth = 0
-        try:
-            out.passes.extend(self._catch_up_heads(segments))
-            while live:
-                results, made = self._pass(segments)
-                out.passes.append(made)
-                depth += 1
-                still = []
-                for request, result in zip(live, results):
-                    logits, hidden = result
-                    token = choose(request, logits, out.drafts[request.seq], depth, self.p_min, self.min_draft)
-                    if token is not None and depth < min(request.k, self.k_max or request.k):
-                        still.append(request)
-                        drafted[request.seq][0].append(token)
-                        drafted[request.seq][1].append(hidden)
-                live = still
-                segments = [self._next_segment(r, drafted[r.seq]) for r in live]
-                if self.heads and live:
-                    self.ctx.select_head(depth)
-        finally:
-            if self.heads:
-                self.ctx.select_head(0)
-            for seq, n in committed.items():  # the drafted pairs carry the head's rows, not the target's
-                self.ctx.trim(seq, n)
-                self._prune(seq)
-        return out
+        segments = {r.seq: self._catch_up(r.seq, r.history, len(r.history), True) for r in live}
+        drafted: dict[int, tuple[list[int], list]] = {r.seq: ([], []) for r in live}
 
-    def _next_segment(self, request: DraftRequest, drafted: tuple[list[int], list[np.ndarray]]) -> HeadSegment:
+        def run(asked: Sequence[DraftRequest], depth: int):
+            if depth:
+                for request in asked:
+                    segments[request.seq] = self._next_segment(request, drafted[request.seq])
+                if self.k_max:
+                    self.ctx.select_head(depth)
+            return self._pass([segments[r.seq] for r in asked])
+
+        def advance(request: DraftRequest, token: int, hidden) -> None:
+            drafted[request.seq][0].append(token)
+            drafted[request.seq][1].append(hidden)
+
+        try:
+            caught_up = self._catch_up_heads([segments[r.seq] for r in live])
+            out = draft_by_depth(live, run, advance, self.tuning, self.k_max)
+            out.passes[:0] = caught_up
+            return out
+        finally:
+            if self.k_max:
+                self.ctx.select_head(0)
+            for request in live:  # the drafted pairs carry the head's rows, not the target's
+                self.ctx.trim(request.seq, len(request.history))
+                self._prune(request.seq)
+
+    def _next_segment(self, request: DraftRequest, drafted: tuple[list[int], list]) -> HeadSegment:
         """What the next depth's pass reads for `request`: the last drafted token with the head's
         row that drafted it; for chained heads, the whole draft region again from x_{n-1}."""
         tokens, rows = drafted
-        if not self.heads:
+        if not self.k_max:
             return HeadSegment(request.seq, [tokens[-1]], [rows[-1]])
         n = len(request.history)
         self.ctx.trim(request.seq, n - 1)
-        return HeadSegment(request.seq, [request.history[-1], *tokens], [self._row(request.seq, n - 2), *rows], True)
+        return HeadSegment(
+            request.seq, [request.history[-1], *tokens], [self.hidden.row(request.seq, n - 2), *rows], True
+        )
 
     def _pass(self, segments: Sequence[HeadSegment]) -> tuple[list, DraftPass]:
         start = time.perf_counter()
@@ -175,49 +152,11 @@ class MtpDrafter:
 
     def forget(self, seq: int) -> None:
         self.ctx.clear(seq)
-        self._rows.pop(seq, None)
+        self.hidden.forget(seq)
 
 
-class AssistantDrafter(MtpDrafter):
-    """Drafts with a Gemma 4 MTP assistant: a separate small model whose blocks attend over the
-    target's own cache (its context is made on the target's, `Context(other=...)`), so it keeps no
-    cache and reads nothing to catch up. Every depth of a step drafts at the one position after
-    the target's cache (x_{n-1}'s): depth 1 from x_{n-1} with the target's hidden row h_{n-2},
-    each later depth from the token drafted before with the assistant's own row, as llama.cpp
-    drives it. It drafts any K; each token's q is the assistant's own distribution."""
-
-    def _hidden(self, seq: int, position: int, rows: np.ndarray) -> None:
-        """Only the row behind the last committed token is ever read, and it lies in the target's
-        latest pass: rows before that pass go, however long auto leaves the assistant unused."""
-        self._forget_rows_before(seq, position)
-        super()._hidden(seq, position, rows)
-
-    def lag(self, seq: int, history: Sequence[int]) -> int:
-        return 0
-
-    def read(self, items: Sequence[tuple[int, Sequence[int]]]) -> Proposals:
-        return Proposals()
-
-    def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
-        out = Proposals()
-        live = [r for r in requests if r.k > 0 and r.history]
-        current = {r.seq: (r.history[-1], self._row(r.seq, len(r.history) - 2)) for r in live}
-        for request in live:
-            out.drafts[request.seq] = Draft(q=None if request.sampling.greedy else [], confidence=[])
-        depth = 0
-        while live:
-            start = time.perf_counter()
-            results = self.ctx.head_rows([(r.seq, len(r.history) - 1, *current[r.seq]) for r in live])
-            out.passes.append(DraftPass(len(live), time.perf_counter() - start))
-            depth += 1
-            still = []
-            for request, (logits, hidden) in zip(live, results):
-                token = choose(request, logits, out.drafts[request.seq], depth, self.p_min, self.min_draft)
-                if token is not None and depth < request.k:
-                    still.append(request)
-                    current[request.seq] = (token, hidden)
-            live = still
-        return out
-
-    def forget(self, seq: int) -> None:
-        self._rows.pop(seq, None)  # no cache of its own: the cells are the target's
+def build(sources: Sources) -> MtpDrafter | None:
+    """The target's own MTP heads, where the session made a head context for them."""
+    if sources.head is None or sources.assistant:
+        return None
+    return MtpDrafter(sources.head, sources.target, chained=sources.chained_heads)

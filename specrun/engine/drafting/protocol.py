@@ -4,20 +4,28 @@ from their fate.
 One step asks each drafter once, for every sequence it drafts for, so a drafter that runs a model
 batches all of them into one pass per depth. A drafter keeps its own per-sequence state (a draft
 model's cache, a lookup's index), keyed by the sequence id the engine's contexts use; the engine
-tells it when a sequence is gone.
+tells it when a generation begins on a sequence and when the sequence's caches are gone.
 
-Terms: K, the most draft tokens a step may verify for a sequence, is `k` here and `draft_max` in
-settings and options. A proposal's `q` is the distribution each token was drawn from; None marks a
-deterministic proposal, verified by the point-mass rule (see verify.py).
+Every drafter is built from the registry (drafting/__init__.py): a new drafter is a module that
+implements `Drafter` and one line there.
+
+Terms: K, the most draft tokens a step may verify for a sequence, is `k_max` as a cap and `k` as a
+step's choice (`draft_max` in settings and options). A proposal's `q` is the distribution each token
+was drawn from; None marks a deterministic proposal, verified by the point-mass rule (see verify.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from ... import defaults
 from ..sampling import Dist, Rng, SamplingParams
+
+if TYPE_CHECKING:
+    from ..llama import Context
+    from .vocab_bridge import VocabBridge
 
 
 @dataclass
@@ -36,6 +44,33 @@ class Draft:
             None if self.q is None else self.q[:k],
             None if self.confidence is None else self.confidence[:k],
         )
+
+
+@dataclass(frozen=True)
+class DraftTuning:
+    """What a policy sets in every drafter: the most draft tokens a step may verify, the draft
+    models' early stop (below `draft_p_min` after `draft_min` tokens) and prompt lookup's match
+    lengths."""
+
+    k_max: int = 0
+    draft_min: int = defaults.DRAFT_MIN
+    draft_p_min: float = defaults.DRAFT_P_MIN
+    ngrams: tuple[int, int] = (defaults.NGRAM_MIN, defaults.NGRAM_MAX)
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What drafters are built from (the registry's input): the target's context, a draft model's
+    context with how its vocabulary meets the target's, and a head context (the target's own MTP
+    heads, or a Gemma 4 assistant's on the target's cache)."""
+
+    target: Context
+    draft: Context | None = None
+    text: bool = False  # the draft model has another vocabulary: it drafts through text
+    bridge: VocabBridge | None = None  # the draft's vocabulary is the target's, padded to another size
+    head: Context | None = None
+    assistant: bool = False  # the head context is a Gemma 4 assistant's
+    chained_heads: int = 0  # MTP heads trained one per depth (0: one head reused at every depth)
 
 
 @dataclass(frozen=True)
@@ -74,10 +109,21 @@ class Drafter(Protocol):
 
     `ahead`: its proposals cost next to nothing and know how likely each token is (prompt lookup),
     so they are made for every sequence before the step is planned and judged as they stand; other
-    drafters are asked only for the sequences the plan gives them, and judged by their estimates."""
+    drafters are asked only for the sequences the plan gives them, and judged by their estimates.
+    `ctx`: the context holding its own cache (sequence ids shared with the target's), or None.
+    `k_max`: the most tokens it drafts in a step (None: any)."""
 
     name: str
     ahead: bool
+    ctx: Context | None
+    k_max: int | None
+
+    def configure(self, tuning: DraftTuning) -> None:
+        """Draft as `tuning` says from now on."""
+
+    def begin(self, seq: int, carried: object | None) -> None:
+        """A generation starts on `seq`; `carried` is what this drafter keeps across a caller's
+        generations (a session's prompt lookup), or None to start afresh."""
 
     def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
         """Up to `k` tokens for each request (fewer, or none, when it has nothing worth verifying)."""
@@ -92,4 +138,4 @@ class Drafter(Protocol):
         """How many of the sequence's last proposal's tokens the target accepted."""
 
     def forget(self, seq: int) -> None:
-        """The sequence is gone (finished, cancelled, or its cache was dropped)."""
+        """The sequence's caches were dropped: drop what is kept for it, its own cache included."""

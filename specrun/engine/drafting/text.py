@@ -15,10 +15,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+from ... import defaults
 from ..llama import Context, Model, common_prefix
 from ..sampling import SamplingParams
 from .model import ModelDrafter
-from .protocol import Draft, DraftPass, DraftRequest, Proposals
+from .protocol import Draft, DraftPass, DraftRequest, DraftTuning, Proposals, Sources
 
 GREEDY = SamplingParams(temperature=0.0)
 TAIL = 3  # committed target tokens re-tokenized with each draft
@@ -60,34 +61,25 @@ class _Rendered:
 
 class TextDrafter:
     """Drafts for the target with a model of another vocabulary on its own context (sequence ids
-    shared with the target's); stops a draft early below `p_min` after `min_draft` tokens, as the
-    draft model does."""
+    shared with the target's); stops a draft early below `draft_p_min` after `draft_min` tokens, as
+    the draft model does."""
 
-    name = "text"
+    name = defaults.TEXT
     ahead = False
+    k_max = None
 
-    def __init__(self, ctx: Context, target: Model, *, p_min: float = 0.0, min_draft: int = 0):
+    def __init__(self, ctx: Context, target: Model, *, tuning: DraftTuning = DraftTuning()):
         self.ctx = ctx
         self.target = target
         self.draft = ctx.model
-        self.inner = ModelDrafter(ctx, p_min=p_min, min_draft=min_draft)
+        self.inner = ModelDrafter(ctx, tuning=tuning)
         self._rendered: dict[int, _Rendered] = {}
 
-    @property
-    def p_min(self) -> float:
-        return self.inner.p_min
+    def configure(self, tuning: DraftTuning) -> None:
+        self.inner.configure(tuning)
 
-    @p_min.setter
-    def p_min(self, value: float) -> None:
-        self.inner.p_min = value
-
-    @property
-    def min_draft(self) -> int:
-        return self.inner.min_draft
-
-    @min_draft.setter
-    def min_draft(self, value: int) -> None:
-        self.inner.min_draft = value
+    def begin(self, seq: int, carried: object | None) -> None:
+        """The rendering follows the history at the next proposal; nothing to do here."""
 
     # -- the target's history as the draft's tokens -------------------------------------------
 
@@ -156,3 +148,10 @@ class TextDrafter:
     def forget(self, seq: int) -> None:
         self._rendered.pop(seq, None)
         self.ctx.clear(seq)
+
+
+def build(sources: Sources) -> TextDrafter | None:
+    """The draft model's drafter, for a draft of another vocabulary."""
+    if sources.draft is None or not sources.text:
+        return None
+    return TextDrafter(sources.draft, sources.target.model)

@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 
 from specrun.bench import costmodel
+from specrun.defaults import MODEL
+from specrun.engine.auto.cost_model import Costs
 
 DASH = "—"
 SINGLE = ("bench-draft", "bench-self", "bench-auto", "bench-mtp")
@@ -186,8 +188,9 @@ def speedup_plot(doc: dict) -> str | None:
     cal = doc.get("calibration") or {}
     if not cal.get("verify_s"):
         return None
-    costs = costmodel.Costs(
-        cal["plain_decode_s"], {int(k): v for k, v in cal["verify_s"].items()}, cal.get("draft_token_s") or 0.0
+    costs = Costs.measured(
+        {1: cal["plain_decode_s"], **{int(k): v for k, v in cal["verify_s"].items()}},
+        {MODEL: cal.get("draft_token_s") or 0.0},
     )
     points = [
         (r["draft_max"], r["alpha"], r["speedup"])

@@ -31,7 +31,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from specrun.engine.auto.control import LEARNED_WEIGHT, Controller
+from specrun.engine.auto.control import LEARNED_WEIGHT, PLAIN, Ask, Choice, Controller, Outcome
 from specrun.engine.auto.estimates import CostCurve
 from specrun.engine.drafting.prompt_lookup import PromptLookup
 
@@ -71,7 +71,8 @@ def replay(
         room = min(k, len(output) - position - 1)
         proposal = lookup.propose(history, room)
         if controller is not None:
-            choice = controller.choose(proposal.confidence or [], remaining=len(output) - position)
+            ask = Ask(0, k, len(output) - position, in_hand={"ngram": proposal.confidence or []})
+            choice = controller.plan([ask], max_rows=k + 1).choice(0)
             draft = proposal.tokens[: min(choice.k, room)] if choice.drafter == "ngram" else []
         else:
             draft = proposal.tokens
@@ -86,9 +87,9 @@ def replay(
         if draft:
             lookup.feedback(len(draft), accepted)
         if controller is not None:
-            controller.observe_step(
-                "ngram" if draft else None, len(draft), len(draft), accepted, t_draft, t_verify, len(draft) + 1
-            )
+            ran = Choice("ngram", len(draft), choice.reason) if draft else PLAIN
+            outcome = Outcome(ran, len(draft), accepted, t_draft)
+            controller.observe([outcome], rows=len(draft) + 1, verify_s=t_verify, draft_s=t_draft)
         committed = output[position : position + accepted + 1]
         history += committed
         position += len(committed)

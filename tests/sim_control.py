@@ -11,13 +11,63 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from specrun.engine.auto.control import Choice, Controller
+from specrun.engine.auto.control import PLAIN, Ask, Choice, Controller, Outcome
 from specrun.engine.auto.estimates import CostCurve
+from specrun.engine.auto.plan import Candidate, Option, allocate
 
 DRAFTERS = ("ngram", "draft", "hybrid")  # the fixed modes
 AUTO_DRAFTERS = ("ngram", "draft")
 CPU_VERIFY = {1: 1.0, 2: 1.49, 5: 2.07}  # measured: verify cost in plain decodes, by batch size
 FAR = 64  # batch size up to which `verify_slope` continues the measured points
+
+
+class OneSequence(Controller):
+    """A controller driven for one sequence alone, as the engine drives it for a batch of one:
+    `choose` is `plan` for one Ask (with the proposal of the drafter named `lookup` in hand, when
+    given), `observe_step` folds one step in through `observe`. The tests read decisions this way."""
+
+    def __init__(self, *args, lookup: str | None = "ngram", **kw):
+        super().__init__(*args, **kw)
+        self.lookup = lookup
+        self.last: Choice | None = None
+
+    def choose(
+        self, lookup_confidence: Sequence[float] | None = None, *, remaining: int | None = None, catchup_s=None
+    ) -> Choice:
+        in_hand = {}
+        if lookup_confidence is not None and self.lookup in self.tracks:
+            in_hand = {self.lookup: list(lookup_confidence)}
+        ask = Ask(0, self.k_max, remaining, {}, in_hand, catchup_s or {})
+        self.last = self.plan([ask], max_rows=self.k_max + 1).choice(0)
+        return self.last
+
+    def observe_step(
+        self, drafter, k: int, drafted: int, accepted: int, t_draft: float, t_verify: float, n_batch: int, reason=None
+    ) -> None:
+        """One step: what ran (drafter None or k 0: plain), the draft's length and accepted prefix, the
+        seconds drafting and verifying, the verify batch; the reason is the last choice's."""
+        if reason is None:
+            reason = self.last.reason if self.last is not None and self.last.drafter == drafter else "best"
+        choice = Choice(drafter, k, reason) if drafter is not None and k > 0 else PLAIN
+        timed = drafter is not None and drafted and drafter != self.lookup
+        passes = {drafter: [(1, t_draft / drafted)] * drafted} if timed else None
+        outcome = Outcome(choice, drafted, accepted, t_draft)
+        self.observe([outcome], rows=n_batch, verify_s=t_verify, draft_s=t_draft, passes=passes)
+
+    def trim(self, confidence: Sequence[float] | None, drafted: int) -> int:
+        """How many leading tokens of a proposal in hand are worth verifying: the plan of one
+        sequence with only that option (all of them before any cost is known)."""
+        if not confidence or not self.verify or not self.verify.measured(1):
+            return drafted
+        candidates = [Candidate(0, [Option(self.lookup, list(confidence[:drafted]))], drafted)]
+        return allocate(candidates, self.costs(), max_rows=drafted + 1, value=self.time_value()).k(0)
+
+    def best(self) -> Choice:
+        """What the estimates alone choose for one sequence: no proposal in hand, no exploration."""
+        candidates = [Candidate(0, self._options(Ask(0, self.k_max)), self.k_max)]
+        alloc = allocate(candidates, self.costs(), max_rows=self.k_max + 1, value=self.time_value())
+        drafter, k = alloc.drafter(0), alloc.k(0)
+        return Choice(drafter, k) if drafter and k else PLAIN
 
 
 @dataclass(frozen=True)
@@ -164,11 +214,11 @@ def run_auto(
     hinted: bool = True,
     drafters: Sequence[str] = AUTO_DRAFTERS,
     **options,
-) -> tuple[float, Controller]:
+) -> tuple[float, OneSequence]:
     """Simulated seconds to generate n_tokens with the auto controller, and the controller.
     `hinted`: run prompt lookup before each choice and pass its confidences (the loop's best use)."""
     env = Env(costs, text, n_tokens, seed)
-    controller = Controller(list(drafters), k_max, **options)
+    controller = OneSequence(list(drafters), k_max, **options)
     while not env.done:
         if hinted:
             choice = controller.choose(env.lookup_confidence(k_max))

@@ -6,9 +6,9 @@ import json
 import random
 
 import pytest
-from sim_control import GPU, SCENARIOS, Costs, compare
+from sim_control import GPU, SCENARIOS, Costs, OneSequence, compare
 
-from specrun.engine.auto.control import Choice, Controller, expected_tokens
+from specrun.engine.auto.control import Choice
 from specrun.engine.auto.estimates import CalibratedCurve, CostCurve, DrafterEstimates, PositionRates
 
 CPU = Costs(noise=0.0)
@@ -44,17 +44,8 @@ def steady(controller, rates, steps=300, **kw):
 # -- the formula --------------------------------------------------------------------------------
 
 
-def test_expected_tokens_hand_computed():
-    assert expected_tokens([0.9, 0.8], 0) == 1.0
-    assert expected_tokens([0.5, 0.5], 2) == pytest.approx(1.75)  # 1 + .5 + .25
-    assert expected_tokens([0.9, 0.8, 0.5], 3) == pytest.approx(1 + 0.9 + 0.72 + 0.36)
-    assert expected_tokens([0.9, 0.8, 0.5], 2) == pytest.approx(2.62)
-    assert expected_tokens([1.0] * 4, 4) == 5.0
-    assert expected_tokens([0.5], 3) == pytest.approx(1.5)  # positions beyond the list add nothing
-
-
 def test_profile_matches_the_formula_and_the_costs():
-    c = Controller(["ngram"], 4, warmup_steps=0)
+    c = OneSequence(["ngram"], 4, warmup_steps=0)
     for _ in range(400):  # always drafts 2 of a cap of 4, all accepted
         c.observe_step("ngram", 4, 2, 2, 0.001, CPU.verify(3), 3)
     c.observe_step(None, 0, 0, 0, 0.0, CPU.verify(1), 1)
@@ -66,7 +57,7 @@ def test_profile_matches_the_formula_and_the_costs():
 
 
 def test_profiles_and_ceilings_follow_the_costs_each_observation_brings():
-    c = Controller(["draft"], 4)
+    c = OneSequence(["draft"], 4)
     c.seed({1: 0.030, 2: 0.050, 4: 0.090, 8: 0.160}, {"draft": 0.010})
     before_profile, before_ceiling = c.profile("draft")[2][1], c.ceiling("draft")
     for _ in range(30):  # verifying turns out twice as slow as calibrated, at every size
@@ -80,7 +71,7 @@ def test_profiles_and_ceilings_follow_the_costs_each_observation_brings():
 
 
 def test_warmup_measures_plain_then_each_drafter():
-    c = Controller(["ngram", "draft"], 8, warmup_steps=2, k_start=4)
+    c = OneSequence(["ngram", "draft"], 8, warmup_steps=2, k_start=4)
     first = drive(c, 5, lambda d, s: 0.5)
     assert [(x.drafter, x.k, x.reason) for x in first] == [
         (None, 0, "warmup"),
@@ -93,7 +84,7 @@ def test_warmup_measures_plain_then_each_drafter():
 
 
 def test_plain_when_the_draft_is_expensive_and_rarely_accepted():
-    c = Controller(["draft"], 8)
+    c = OneSequence(["draft"], 8)
     choices = drive(c, 400, lambda d, s: 0.3)
     assert all(x.drafter is None for x in choices if x.reason == "best")
     probes = [i for i, x in enumerate(choices) if x.reason == "probe"]
@@ -105,18 +96,18 @@ def test_plain_when_the_draft_is_expensive_and_rarely_accepted():
 
 def test_plain_on_this_cpu_even_at_86_percent_acceptance():
     # measured: drafting costs 0.52 of a decode per token, so the draft model cannot win at α = 0.86
-    best = steady(Controller(["draft"], 8), {"draft": 0.86}, steps=400)
+    best = steady(OneSequence(["draft"], 8), {"draft": 0.86}, steps=400)
     assert sum(x.drafter is None for x in best) >= 0.95 * len(best)
 
 
 def test_long_drafts_when_acceptance_is_high_and_drafting_cheap():
-    best = steady(Controller(["ngram"], 16), {"ngram": 0.98})
+    best = steady(OneSequence(["ngram"], 16), {"ngram": 0.98})
     assert all(x.drafter == "ngram" for x in best[-100:])
     assert min(x.k for x in best[-100:]) >= 8
 
 
 def test_draft_model_with_a_middling_k_when_verification_is_nearly_free():
-    c = Controller(["draft"], 16)
+    c = OneSequence(["draft"], 16)
     best = steady(c, {"draft": 0.8}, costs=FLAT, draft_cost={"draft": 0.001})
     tail = best[-100:]
     assert all(x.drafter == "draft" for x in tail)
@@ -124,7 +115,7 @@ def test_draft_model_with_a_middling_k_when_verification_is_nearly_free():
 
 
 def test_switches_to_plain_within_eight_steps_when_acceptance_collapses():
-    c = Controller(["ngram"], 16)
+    c = OneSequence(["ngram"], 16)
     before = drive(c, 100, lambda d, s: 0.97)
     assert before[-1].drafter == "ngram" and before[-1].k >= 8
     after = drive(c, 40, lambda d, s: 0.0, start=100)
@@ -134,7 +125,7 @@ def test_switches_to_plain_within_eight_steps_when_acceptance_collapses():
 
 
 def test_reprobes_an_abandoned_drafter_and_returns_when_it_pays():
-    c = Controller(["ngram"], 16)
+    c = OneSequence(["ngram"], 16)
     drive(c, 150, lambda d, s: 0.0)
     assert c.best() == Choice(None, 0)
     interval = c.probe_every["ngram"]
@@ -148,7 +139,7 @@ def test_reprobes_an_abandoned_drafter_and_returns_when_it_pays():
 
 
 def test_an_empty_probe_of_a_cheap_drafter_is_retried_while_plain_is_best():
-    c = Controller(["ngram"], 8, warmup_steps=1)
+    c = OneSequence(["ngram"], 8, warmup_steps=1)
     drive(c, 60, lambda d, s: 0.0)
     probe = c.choose()
     while probe.reason != "probe":
@@ -159,21 +150,21 @@ def test_an_empty_probe_of_a_cheap_drafter_is_retried_while_plain_is_best():
 
 
 def test_a_step_with_a_drafter_but_no_k_counts_as_plain():
-    c = Controller(["ngram"], 8)
+    c = OneSequence(["ngram"], 8)
     c.observe_step("ngram", 0, 0, 0, 0.0, 0.05, 1)
     assert c.tracks["ngram"].steps == 0 and c.verify(1) == 0.05
 
 
 def test_rejects_a_zero_k_max():
     with pytest.raises(ValueError):
-        Controller(["ngram"], 0)
+        OneSequence(["ngram"], 0)
 
 
 # -- the lookup's proposal in hand --------------------------------------------------------------
 
 
 def test_hinted_lookup_is_taken_when_confident_and_skipped_when_doubtful():
-    c = Controller(["ngram", "draft"], 16)
+    c = OneSequence(["ngram", "draft"], 16)
     drive(c, 50, lambda d, s: 0.5 if d == "ngram" else 0.86, hint=lambda s: [])
     confident = c.choose([0.95] * 16)
     assert confident.drafter == "ngram" and confident.k >= 8
@@ -184,7 +175,7 @@ def test_hinted_lookup_is_taken_when_confident_and_skipped_when_doubtful():
 
 
 def test_hinted_fallback_is_the_draft_model_where_verification_is_cheap():
-    c = Controller(["ngram", "draft"], 16)
+    c = OneSequence(["ngram", "draft"], 16)
     drive(c, 60, lambda d, s: 0.8, costs=FLAT, draft_cost={"draft": 0.001, "ngram": 0.0001}, hint=lambda s: [0.3, 0.3])
     choice = c.choose([0.3, 0.3])
     assert choice.drafter == "draft" and choice.k >= 4
@@ -192,7 +183,7 @@ def test_hinted_fallback_is_the_draft_model_where_verification_is_cheap():
 
 
 def test_hinted_mode_skips_warmup_and_probes_of_the_lookup():
-    c = Controller(["ngram", "draft"], 8)
+    c = OneSequence(["ngram", "draft"], 8)
     choices = drive(c, 200, lambda d, s: 0.0 if d == "ngram" else 0.3, hint=lambda s: [])
     assert not any(x.drafter == "ngram" for x in choices)
 
@@ -200,14 +191,14 @@ def test_hinted_mode_skips_warmup_and_probes_of_the_lookup():
 # -- trimming a draft to what is worth verifying ------------------------------------------------
 
 
-def _measured(costs=CPU) -> Controller:
-    c = Controller(["ngram"], 16)
+def _measured(costs=CPU) -> OneSequence:
+    c = OneSequence(["ngram"], 16)
     drive(c, 40, lambda d, s: 0.5, costs=costs)
     return c
 
 
 def test_trim_keeps_everything_before_costs_are_known():
-    assert Controller(["ngram"], 8).trim([0.1, 0.1], 2) == 2
+    assert OneSequence(["ngram"], 8).trim([0.1, 0.1], 2) == 2
     assert _measured().trim(None, 3) == 3
 
 
@@ -246,7 +237,7 @@ def test_trim_keeps_the_prefix_worth_most_counting_every_later_token():
 
 
 def test_label_and_summary():
-    c = Controller(["ngram"], 16)
+    c = OneSequence(["ngram"], 16)
     assert c.label() == "auto: measuring"
     drive(c, 100, lambda d, s: 0.98)
     assert c.label().startswith("auto: ngram K=")
@@ -383,7 +374,7 @@ def test_a_drafter_that_cannot_win_even_at_full_acceptance_is_not_warmed_up_furt
     linear = Costs(
         plain=0.033, verify_points={1: 1.0, 2: 1.73, 5: 3.4, 9: 6.8}, verify_slope=0.72, draft_token=0.020, noise=0.0
     )
-    c = Controller(["draft"], 8, warmup_steps=3)
+    c = OneSequence(["draft"], 8, warmup_steps=3)
     choices = drive(c, 5, lambda d, _: 1.0, costs=linear)
     warmups = [ch for ch in choices if ch.reason == "warmup" and ch.drafter == "draft"]
     assert len(warmups) == 1  # one step measured its costs; the other two were skipped
@@ -391,14 +382,14 @@ def test_a_drafter_that_cannot_win_even_at_full_acceptance_is_not_warmed_up_furt
 
 
 def test_a_drafter_that_could_win_is_still_warmed_up():
-    c = Controller(["draft"], 8, warmup_steps=3)
+    c = OneSequence(["draft"], 8, warmup_steps=3)
     choices = drive(c, 5, lambda d, _: 0.9, costs=GPU)
     assert sum(ch.reason == "warmup" and ch.drafter == "draft" for ch in choices) == 3
     assert not c.hopeless("draft")
 
 
 def test_lookup_proposal_is_tried_when_only_single_token_costs_are_known():
-    c = Controller(["ngram"], 8)
+    c = OneSequence(["ngram"], 8)
     c.observe_step(None, 0, 0, 0, 0.0, 0.033, 1)
     choice = c.choose([0.9, 0.9, 0.9])
     assert choice.drafter == "ngram" and choice.k == 3 and choice.reason == "warmup"
@@ -408,7 +399,7 @@ def test_trim_does_not_count_tokens_the_proposal_does_not_have():
     """On a CPU where a pass over 2 tokens costs 2× one, a confident 1-token lookup proposal does
     not pay (longer drafts it does not have cannot rescue it); the same confidence over 15 tokens,
     verified in one cheap 16-token pass, does."""
-    c = Controller(["ngram"], 31)
+    c = OneSequence(["ngram"], 31)
     c.seed({1: 0.031, 2: 0.063, 3: 0.080, 5: 0.123, 9: 0.245, 16: 0.254, 17: 0.319, 32: 0.462})
     assert c.trim([0.95], 1) == 0
     assert c.trim([0.95] * 15, 15) == 15
@@ -417,7 +408,7 @@ def test_trim_does_not_count_tokens_the_proposal_does_not_have():
 def test_a_draft_model_whose_catch_up_cannot_be_repaid_is_not_tried():
     """With few tokens left, catching the draft model up on a long history costs more than any
     speedup could return: auto decodes plain instead of warming it up."""
-    c = Controller(["ngram", "draft"], 8)
+    c = OneSequence(["ngram", "draft"], 8)
     c.seed({1: 0.020, 5: 0.022, 9: 0.024}, {"draft": 0.001})
     catch_up = c.catch_up_seconds("draft", 4000)  # 4 s of catch-up against at most ~1 s to gain over 60 tokens
     assert catch_up == pytest.approx(4.0, rel=0.01)
@@ -431,7 +422,7 @@ def test_a_draft_model_whose_catch_up_cannot_be_repaid_is_not_tried():
 def test_a_lookup_draft_is_taken_when_it_promises_more_than_plain_decoding():
     """Verify cost: 1 + 0.5 per extra token. One draft token at confidence c gives 1 + c tokens for
     1.5 passes' time: c = 0.55 promises 1.03× plain (taken), c = 0.45 promises 0.97× (not)."""
-    c = Controller(["ngram"], 8, warmup_steps=0)
+    c = OneSequence(["ngram"], 8, warmup_steps=0)
     c.seed({1: 0.020, 2: 0.030, 3: 0.040, 9: 0.100})
     assert c.choose([0.55]) == type(c.choose([]))("ngram", 1)
     assert c.choose([0.45]).drafter is None
@@ -449,7 +440,7 @@ CALIBRATED = {1: 0.030, 2: 0.056, 5: 0.120, 16: 0.26}
 def test_a_machine_slower_than_at_calibration_raises_every_size_not_only_the_one_stepped():
     """Plain steps (size 1) running 27% slower than calibrated mean a 2-token verify costs 27% more
     too: keeping its calibrated price would make drafting look cheaper than it is."""
-    controller = Controller(["ngram"], k_max=8)
+    controller = OneSequence(["ngram"], k_max=8)
     controller.seed(CALIBRATED)
     for _ in range(30):
         controller.observe_step(None, 0, 0, 0, 0.0, 0.038, 1)
@@ -479,7 +470,7 @@ def test_cost_curve_finds_a_larger_size_that_costs_less():
 
 
 def test_a_lookup_draft_fills_the_cheapest_batch_it_fits_in():
-    c = Controller(["ngram"], 31, warmup_steps=0)
+    c = OneSequence(["ngram"], 31, warmup_steps=0)
     c.seed(TILED)
     choice = c.choose([0.95] * 31)
     assert choice.drafter == "ngram" and choice.k + 1 in (16, 32)
@@ -488,7 +479,7 @@ def test_a_lookup_draft_fills_the_cheapest_batch_it_fits_in():
 
 
 def test_tokens_not_worth_verifying_alone_ride_along_when_the_batch_costs_no_more():
-    c = Controller(["ngram"], 31, warmup_steps=0)
+    c = OneSequence(["ngram"], 31, warmup_steps=0)
     c.seed(TILED)
     confidence = [0.95] * 12 + [0.0] * 19
     assert c.trim(confidence[:13], 13) == 12  # 13 tokens in hand: the 13th is not worth its verify row
@@ -500,12 +491,12 @@ def test_tokens_not_worth_verifying_alone_ride_along_when_the_batch_costs_no_mor
 def test_a_drafter_with_a_cap_is_never_asked_for_more_than_it_drafts():
     """Chained MTP heads draft at most one token per head: warm-ups, probes and the best choice
     all stay within their cap while other drafters use the whole K."""
-    c = Controller(["draft", "mtp"], 8, warmup_steps=2, k_start=4, caps={"mtp": 2}, lookup=None)
+    c = OneSequence(["draft", "mtp"], 8, warmup_steps=2, k_start=4, drafter_k_max={"mtp": 2}, lookup=None)
     choices = drive(c, 400, lambda d, s: 0.95, draft_cost={"draft": 0.001, "mtp": 0.0001}, costs=FLAT)
     mtp = [x.k for x in choices if x.drafter == "mtp"]
     assert mtp and max(mtp) == 2
     assert max(x.k for x in choices if x.drafter == "draft") > 2
-    uncapped = Controller(["draft", "mtp"], 8, warmup_steps=2, k_start=4, lookup=None)
+    uncapped = OneSequence(["draft", "mtp"], 8, warmup_steps=2, k_start=4, lookup=None)
     choices = drive(uncapped, 400, lambda d, s: 0.95, draft_cost={"draft": 0.001, "mtp": 0.0001}, costs=FLAT)
     assert max(x.k for x in choices if x.drafter == "mtp") > 2
 
@@ -514,7 +505,7 @@ def test_a_drafter_the_seeded_costs_rule_out_is_never_chosen_whatever_its_estima
     """A flat verify curve and a draft pass of 16.6 ms against a 20 ms target pass: even at full
     acceptance the drafter reaches 1.18x plain, under the 1.2x a drafter must promise to be tried.
     Estimates of full acceptance (from an earlier run) would otherwise start an 8-token draft."""
-    c = Controller(["ngram", "draft"], 8, warmup_steps=0, lookup="ngram")
+    c = OneSequence(["ngram", "draft"], 8, warmup_steps=0, lookup="ngram")
     c.seed({1: 0.020, 9: 0.020}, {"draft": 0.01656})
     assert c.hopeless("draft")
     for _ in range(40):

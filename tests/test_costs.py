@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from sim_control import OneSequence
 
 from specrun.engine.auto import costs as costs_module
-from specrun.engine.auto.control import Controller
 from specrun.engine.auto.costs import Conditions, DecodeCosts, judge
 from specrun.engine.auto.drift import DISAGREE, WINDOW
 from specrun.engine.sampling import SamplingParams
@@ -73,7 +73,7 @@ def test_pair_measures_costs_once_then_reads_them(tmp_path, monkeypatch, tiny_ta
 
 
 def test_seeded_controller_skips_measuring_and_never_warms_up_a_hopeless_draft():
-    c = Controller(["ngram", "draft"], 16, warmup_steps=3)
+    c = OneSequence(["ngram", "draft"], 16, warmup_steps=3)
     c.seed({1: 0.033, 2: 0.057, 5: 0.113, 9: 0.227, 16: 0.254, 17: 0.3}, {"draft": 0.020})
     assert c.hopeless("draft")
     choice = c.choose()
@@ -82,7 +82,7 @@ def test_seeded_controller_skips_measuring_and_never_warms_up_a_hopeless_draft()
 
 
 def test_seeded_controller_still_warms_up_a_draft_that_can_win():
-    c = Controller(["draft"], 8, warmup_steps=3)
+    c = OneSequence(["draft"], 8, warmup_steps=3)
     c.seed({1: 0.020, 5: 0.022, 9: 0.024}, {"draft": 0.001})
     assert not c.hopeless("draft")
     assert c.choose() == type(c.choose())("draft", c.k_start, "warmup")
@@ -91,14 +91,14 @@ def test_seeded_controller_still_warms_up_a_draft_that_can_win():
 def test_a_draft_that_wins_only_at_full_acceptance_of_31_tokens_is_not_tried():
     """Measured here: a pass over 32 tokens costs 12.9× one, so 31 draft tokens at 19 ms, all
     accepted, would beat plain decoding by 3%; no real draft is accepted that reliably."""
-    c = Controller(["ngram", "draft"], 31)
+    c = OneSequence(["ngram", "draft"], 31)
     c.seed({1: 0.0329, 2: 0.0583, 5: 0.1134, 9: 0.2302, 17: 0.3018, 32: 0.4239}, {"draft": 0.0192})
     assert c.ceiling("draft") > c.plain_rate()
     assert c.hopeless("draft")
 
 
 def test_a_ruled_out_draft_stays_out_when_plain_steps_get_slower_at_longer_contexts():
-    c = Controller(["ngram", "draft"], 31)
+    c = OneSequence(["ngram", "draft"], 31)
     c.seed({1: 0.0329, 2: 0.0583, 5: 0.1134, 9: 0.2302, 17: 0.3018, 32: 0.4239}, {"draft": 0.0192})
     for _ in range(20):  # single-token passes at a longer context
         c.observe_step(None, 0, 0, 0, 0.0, 0.045, 1)
@@ -208,7 +208,7 @@ def test_cached_costs_that_steps_prove_far_too_high_are_corrected_then_dropped(
 
 
 def test_the_controller_rescales_seeded_costs_only_on_consistent_disagreement():
-    c = Controller(["ngram"], 8, warmup_steps=0)
+    c = OneSequence(["ngram"], 8, warmup_steps=0)
     c.seed({1: 0.030, 9: 0.100})
     for _ in range(WINDOW - 1):
         c.observe_step(None, 0, 0, 0, 0.0, 0.010, 1)  # a third of the seeded single-pass cost
@@ -218,7 +218,7 @@ def test_the_controller_rescales_seeded_costs_only_on_consistent_disagreement():
         c.observe_step(None, 0, 0, 0, 0.0, 0.010, 1)
     assert c.drift.factor == pytest.approx(1 / 3, rel=0.01)
     assert c.verify(9) == pytest.approx(0.100 / 3, rel=0.02)
-    noisy = Controller(["ngram"], 8, warmup_steps=0)
+    noisy = OneSequence(["ngram"], 8, warmup_steps=0)
     noisy.seed({1: 0.030, 9: 0.100})
     for i in range(40):  # steps that scatter around the seeded cost never rescale it
         noisy.observe_step(None, 0, 0, 0, 0.0, 0.030 * (1.4 if i % 2 else 0.75), 1)
@@ -248,7 +248,7 @@ def test_what_auto_learned_carries_over_to_the_next_process(tmp_path, monkeypatc
         second.session.costs = gpu_like
         policy, lookup = second.session.policy("auto", settings)
         controller = policy.controller
-        fresh = Controller(["ngram", "draft"], controller.k_max)
+        fresh = OneSequence(["ngram", "draft"], controller.k_max)
         name = next(n for n, state in learned.items() if any(state["accept"]["t"]))  # a drafter the first run used
         restored = controller.tracks[name].accept.rates()
         assert restored != fresh.tracks[name].accept.rates()  # not the priors

@@ -12,29 +12,23 @@ from cli_helpers import env as cli_env
 from cli_helpers import specrun
 
 from specrun.bench import break_even
-from specrun.bench.costmodel import Costs, expected_tokens_per_step
+from specrun.bench.costmodel import predicted_speedup
+from specrun.defaults import LOOKUP, MODEL
+from specrun.engine.auto.cost_model import Costs, expected_tokens
 
 # Made-up machines (seconds): a GPU, where a pass over a few tokens costs what one does and the
 # draft is cheap; a CPU, where a pass over K+1 tokens costs K+1 passes up to 9 tokens but 16 tokens
 # run in cheaper tiles (7 passes), and the draft costs 0.6 of a pass.
-GPU = Costs(
-    plain_s=0.010,
-    verify_s={1: 0.010, 2: 0.0102, 3: 0.0104, 5: 0.0108, 9: 0.0116, 16: 0.013, 32: 0.016},
-    draft_token_s=0.001,
-)
-CPU = Costs(
-    plain_s=0.040,
-    verify_s={1: 0.040, 2: 0.080, 3: 0.120, 5: 0.200, 9: 0.360, 16: 0.280, 32: 0.500},
-    draft_token_s=0.024,
-)
+GPU = Costs.measured({1: 0.010, 2: 0.0102, 3: 0.0104, 5: 0.0108, 9: 0.0116, 16: 0.013, 32: 0.016}, {MODEL: 0.001})
+CPU = Costs.measured({1: 0.040, 2: 0.080, 3: 0.120, 5: 0.200, 9: 0.360, 16: 0.280, 32: 0.500}, {MODEL: 0.024})
 
 
 def test_break_even_alpha_is_where_drafting_costs_what_it_saves():
     for k in (1, 2, 4, 8):
-        alpha = break_even.break_even_alpha(GPU, k, GPU.draft_token_s)
+        alpha = break_even.break_even_alpha(GPU, k, MODEL)
         assert alpha is not None and 0 < alpha < 1
-        saved = expected_tokens_per_step(alpha, k) * GPU.plain_s
-        assert saved == pytest.approx(break_even.step_cost(GPU, k, GPU.draft_token_s), rel=1e-6)
+        saved = expected_tokens(alpha, k) * GPU.plain_s
+        assert saved == pytest.approx(GPU.step_seconds(k, MODEL), rel=1e-6)
 
 
 def test_a_draft_that_loses_even_when_always_right_never_pays():
@@ -50,10 +44,10 @@ def test_lookup_pays_from_the_draft_length_where_cheaper_batches_make_up_for_it(
     lose; towards the cheap 16-token tile they start to pay."""
     first = break_even.lookup_pays_from(CPU)
     assert first is not None and 9 <= first <= 15
-    assert break_even.speedup(CPU, break_even.COPY_ALPHA, first, 0.0) > 1
-    assert all(break_even.speedup(CPU, break_even.COPY_ALPHA, k, 0.0) <= 1 for k in range(1, first))
+    assert predicted_speedup(break_even.COPY_ALPHA, first, CPU, LOOKUP) > 1
+    assert all(predicted_speedup(break_even.COPY_ALPHA, k, CPU, LOOKUP) <= 1 for k in range(1, first))
     assert f"from {first} drafted tokens on" in break_even.sentence(break_even.verdict(CPU), gpu=False)
-    assert break_even.lookup_pays_from(Costs(plain_s=1.0, verify_s={1: 1.0, 32: 32.0})) is None
+    assert break_even.lookup_pays_from(Costs.measured({1: 1.0, 32: 32.0})) is None
 
 
 def test_on_a_gpu_the_draft_pays_and_the_expected_speedup_is_given():

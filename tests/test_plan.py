@@ -4,10 +4,12 @@ and acceptance: pure functions, no model, no clock."""
 from __future__ import annotations
 
 import pytest
+from sim_control import OneSequence
 
 from specrun.defaults import LOOKUP, MODEL
 from specrun.engine.auto.control import Controller
-from specrun.engine.auto.plan import Candidate, Costs, Grant, Option, allocate, fixed
+from specrun.engine.auto.cost_model import Costs
+from specrun.engine.auto.plan import Candidate, Grant, Option, allocate, fixed
 
 
 def linear(per_token: float = 0.01):
@@ -95,13 +97,13 @@ def test_a_probe_is_granted_whatever_the_estimates_say():
 
 def test_the_fixed_modes_draft_their_k_however_full_the_batch():
     cands = [Candidate(s, [Option(LOOKUP, [0.9] * 3), Option(MODEL, [0.5] * 8)], 8) for s in range(3)]
-    assert fixed(cands, "draft", 4, max_rows=512).drafts == {s: (MODEL, 4) for s in range(3)}
-    assert fixed(cands, "ngram", 4, max_rows=512).drafts == {
+    assert fixed(cands, (MODEL,), 4, max_rows=512).drafts == {s: (MODEL, 4) for s in range(3)}
+    assert fixed(cands, (LOOKUP,), 4, max_rows=512).drafts == {
         s: (LOOKUP, 3) for s in range(3)
     }  # as far as the lookup goes
     unsure = [Candidate(0, [Option(LOOKUP, [0.2] * 3), Option(MODEL, [0.5] * 8)], 8)]
-    assert fixed(unsure, "hybrid", 4, max_rows=512).drafts == {0: (MODEL, 4)}
-    assert fixed(cands, "hybrid", 4, max_rows=512).drafts[0] == (LOOKUP, 3)
+    assert fixed(unsure, (LOOKUP, MODEL), 4, max_rows=512).drafts == {0: (MODEL, 4)}
+    assert fixed(cands, (LOOKUP, MODEL), 4, max_rows=512).drafts[0] == (LOOKUP, 3)
 
 
 def test_the_draft_model_can_pay_only_when_its_passes_and_verification_are_cheap():
@@ -114,7 +116,7 @@ def test_the_draft_model_can_pay_only_when_its_passes_and_verification_are_cheap
 
     assert judged(flat(), lambda n: 0.001)
     assert not judged(linear(), lambda n: 0.006 * n)  # this project's CPU: 0.6 of a target token
-    unknown = Controller([LOOKUP, MODEL], 8)
+    unknown = OneSequence([LOOKUP, MODEL], 8)
     unknown.seed({n: flat()(n) for n in sizes})
     assert (
         MODEL not in unknown.costs().draft and unknown.best().drafter is None

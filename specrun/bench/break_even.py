@@ -1,8 +1,8 @@
 """What a machine's decode costs imply: the acceptance a drafter needs before speculation pays.
 
 With t1 a plain decode, t_verify(n) a target pass over n tokens and t_draft a draft-model token, a
-step that drafts K tokens commits E(α, K) tokens on average (costmodel.expected_tokens_per_step)
-and costs K·t_draft + t_verify(K+1), where plain decoding would have spent E(α, K)·t1. The
+step that drafts K tokens commits E(α, K) tokens on average and costs K·t_draft + t_verify(K+1)
+(auto's cost model, engine/auto/cost_model.py), where plain decoding would have spent E(α, K)·t1. The
 break-even α is where the two are equal. E grows with α from 1 (α = 0) to K + 1 (α = 1), so it is
 found by bisection, and when even α = 1 loses the drafter can never pay at that K. Prompt lookup
 drafts for free, so for it t_draft = 0.
@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .costmodel import Costs, expected_tokens_per_step
+from ..defaults import LOOKUP, MODEL
+from ..engine.auto.cost_model import Costs, expected_tokens
+from .costmodel import predicted_speedup
 
 DRAFT_KS = tuple(range(1, 9))
 LOOKUP_KS = tuple(range(1, 32))
@@ -21,27 +23,17 @@ TYPICAL_ALPHA = {"code": 0.9, "prose": 0.6}  # per-token acceptance a good draft
 COPY_ALPHA = 0.95  # prompt lookup's acceptance on text that copies its prompt (edits, refactors)
 
 
-def step_cost(costs: Costs, k: int, draft_token_s: float) -> float:
-    """Seconds of one step: K draft tokens and a target pass over K + 1."""
-    return k * draft_token_s + costs.verify(k + 1)
-
-
-def speedup(costs: Costs, alpha: float, k: int, draft_token_s: float) -> float:
-    """Tokens per second over plain decoding's, by the cost model."""
-    return expected_tokens_per_step(alpha, k) * costs.plain_s / step_cost(costs, k, draft_token_s)
-
-
-def break_even_alpha(costs: Costs, k: int, draft_token_s: float) -> float | None:
+def break_even_alpha(costs: Costs, k: int, drafter: str | None) -> float | None:
     """The per-token acceptance at which drafting K tokens costs what it saves; None: never pays."""
-    cost = step_cost(costs, k, draft_token_s)
-    if expected_tokens_per_step(1.0, k) * costs.plain_s < cost:
+    cost = costs.step_seconds(k, drafter)
+    if expected_tokens(1.0, k) * costs.plain_s < cost:
         return None
     low, high = 0.0, 1.0
-    if expected_tokens_per_step(low, k) * costs.plain_s >= cost:
+    if expected_tokens(low, k) * costs.plain_s >= cost:
         return 0.0
     for _ in range(60):
         middle = (low + high) / 2
-        if expected_tokens_per_step(middle, k) * costs.plain_s < cost:
+        if expected_tokens(middle, k) * costs.plain_s < cost:
             low = middle
         else:
             high = middle
@@ -59,11 +51,11 @@ class Best:
         return {"k": self.k, "speedup": round(self.speedup, 3)}
 
 
-def best(costs: Costs, alpha: float, draft_token_s: float, ks: Iterable[int]) -> Best:
+def best(costs: Costs, alpha: float, drafter: str | None, ks: Iterable[int]) -> Best:
     """The best K at acceptance α, plain decoding (K = 0, speedup 1) included."""
     choice = Best(0, 1.0)
     for k in ks:
-        value = speedup(costs, alpha, k, draft_token_s)
+        value = predicted_speedup(alpha, k, costs, drafter)
         if value > choice.speedup:
             choice = Best(k, value)
     return choice
@@ -72,13 +64,13 @@ def best(costs: Costs, alpha: float, draft_token_s: float, ks: Iterable[int]) ->
 def lookup_pays_from(costs: Costs, alpha: float = COPY_ALPHA, ks: Iterable[int] = LOOKUP_KS) -> int | None:
     """The shortest prompt-lookup draft that pays at acceptance α; None when none does."""
     for k in ks:
-        if speedup(costs, alpha, k, 0.0) > 1.0:
+        if predicted_speedup(alpha, k, costs, LOOKUP) > 1.0:
             return k
     return None
 
 
 @dataclass(frozen=True)
-class Verdict:
+class BreakEven:
     """Break-even acceptances by K for the draft model and prompt lookup, and what to expect."""
 
     draft: dict[int, float | None] | None  # None: no draft model measured
@@ -103,23 +95,24 @@ class Verdict:
         }
 
 
-def verdict(costs: Costs) -> Verdict:
-    """Everything the costs imply (draft-model rows only when a draft token was measured)."""
-    has_draft = costs.draft_token_s > 0
-    draft = {k: break_even_alpha(costs, k, costs.draft_token_s) for k in DRAFT_KS} if has_draft else None
-    lookup = {k: break_even_alpha(costs, k, 0.0) for k in DRAFT_KS}
+def verdict(costs: Costs, drafter: str = MODEL) -> BreakEven:
+    """Everything the costs imply for `drafter` (its rows only when its token cost was measured) and
+    prompt lookup."""
+    has_draft = costs.draft_seconds(drafter, 1) > 0
+    draft = {k: break_even_alpha(costs, k, drafter) for k in DRAFT_KS} if has_draft else None
+    lookup = {k: break_even_alpha(costs, k, LOOKUP) for k in DRAFT_KS}
     expected = {
         kind: {
-            **({"draft": best(costs, alpha, costs.draft_token_s, DRAFT_KS)} if has_draft else {}),
-            "lookup": best(costs, alpha, 0.0, LOOKUP_KS),
+            **({"draft": best(costs, alpha, drafter, DRAFT_KS)} if has_draft else {}),
+            "lookup": best(costs, alpha, LOOKUP, LOOKUP_KS),
         }
         for kind, alpha in TYPICAL_ALPHA.items()
     }
-    step4 = step_cost(costs, 4, costs.draft_token_s) / costs.plain_s if has_draft else None
-    return Verdict(draft, lookup, lookup_pays_from(costs), expected, step4)
+    step4 = costs.step_seconds(4, drafter) / costs.plain_s if has_draft else None
+    return BreakEven(draft, lookup, lookup_pays_from(costs), expected, step4)
 
 
-def sentence(result: Verdict, *, gpu: bool) -> str:
+def sentence(result: BreakEven, *, gpu: bool) -> str:
     """The verdict in words a user can act on."""
     parts = []
     if result.draft is not None:

@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
+from ..engine.auto.cost_model import expected_tokens
 from . import costmodel
 from .prompts import ALL
 from .runner import BenchResult, Check, Config, RunRecord
@@ -252,9 +253,7 @@ class Aggregator:
             "acceptance_rate": ratio(accepted, drafted) if drafted else None,
             "alpha": alpha,
             "mean_tokens_per_step": after_first / steps if steps else None,
-            "expected_tokens_per_step": costmodel.expected_tokens_per_step(alpha, config.draft_max)
-            if alpha is not None
-            else None,
+            "expected_tokens_per_step": expected_tokens(alpha, config.draft_max) if alpha is not None else None,
             "acceptance_by_position": [round(a / d, 4) if d else None for a, d in zip(by_accepted, by_drafted)],
             "host_ms_per_step": 1000.0 * sum(r.stats.host_time for r in runs) / steps if steps else None,
         }
@@ -263,7 +262,7 @@ class Aggregator:
         """The cost model over these runs' steps: α per drafter, calibrated draft-model and verify
         costs; a drafter without a model (prompt lookup) or drafting through text costs its
         measured seconds per step (draft passes and host work). `gpu`: with verification shaped
-        as on a GPU (costmodel.on_a_gpu)."""
+        as on a GPU (Costs.on_a_gpu)."""
         if config.plain or self.costs is None or not self.costs.plain_s:
             return None
         steps = [s for r in runs for s in r.steps]
@@ -280,7 +279,7 @@ class Aggregator:
                 return s.drafted * self.result.calibration.mtp_token_s
             return measured[s.drafter] if s.drafter is not None else 0.0
 
-        costs = costmodel.on_a_gpu(self.costs) if gpu else self.costs
+        costs = self.costs.on_a_gpu() if gpu else self.costs
         return costmodel.predicted_speedup_of_steps(
             ((alphas[s.drafter], s.drafted, draft_seconds(s)) for s in steps), costs
         )

@@ -23,13 +23,13 @@ import numpy as np
 
 from .. import defaults
 from ..engine import identity
+from ..engine.auto.cost_model import Costs
 from ..engine.auto.costs import measure as measure_costs
 from ..engine.identity import IdentityCheck, rank, tolerance_from_noise
 from ..engine.sequence import GenerationSettings
 from ..engine.stats import Stats
 from ..engine.verify import SyntheticAcceptance
 from ..errors import InputError
-from . import costmodel
 from .prompts import BenchPrompt
 
 WARMUP_TOKENS = 16  # tokens per warm-up run: enough to touch every weight and code path
@@ -200,8 +200,9 @@ class Calibration:
     draft_token_s: float | None
     mtp_token_s: float | None = None  # one pass of the target's multi-token-prediction head, one row
 
-    def costs(self) -> costmodel.Costs:
-        return costmodel.Costs(self.plain_s, self.verify_s, self.draft_token_s or 0.0)
+    def costs(self) -> Costs:
+        """The cost model's costs: target passes by batch size, a draft-model token."""
+        return Costs.measured({1: self.plain_s, **self.verify_s}, {defaults.MODEL: self.draft_token_s or 0.0})
 
     def to_dict(self) -> dict:
         return {
@@ -229,7 +230,7 @@ class Check:
     plain_record: int = -1  # index of the plain run compared with
 
 
-class Engine(Protocol):
+class BenchEngine(Protocol):
     """What the bench needs from models; PairEngine is the real one, tests plant fakes."""
 
     n_ctx: int
@@ -342,7 +343,7 @@ def verify_identity(
     records: Sequence[RunRecord],
     configs: Sequence[Config],
     prompt_tokens: Sequence[list[int]],
-    engine: Engine,
+    engine: BenchEngine,
 ) -> None:
     """Check every temperature-0 run, plain decoding included, token by token against the target's
     own logits from one batched pass over prompt + output (engine.identity), and rank both tokens
@@ -367,7 +368,9 @@ def verify_identity(
     for (p, output), indices in outputs.items():
         prompt = list(prompt_tokens[p])
         rows = engine.output_rows(prompt, list(output))
-        result = identity.judge_rows(rows, output, tolerance, lambda prompt=prompt, output=output: engine.output_noise(prompt, list(output)))
+        result = identity.judge_rows(
+            rows, output, tolerance, lambda prompt=prompt, output=output: engine.output_noise(prompt, list(output))
+        )
         for i in indices:
             records[i].identity = result
             for check in diverged.pop(i, []):
@@ -392,7 +395,7 @@ def calibration_sizes(configs: Sequence[Config]) -> list[int]:
 
 
 def run_bench(
-    engine: Engine,
+    engine: BenchEngine,
     prompts: Sequence[BenchPrompt],
     configs: Sequence[Config],
     settings: BenchSettings,
@@ -453,7 +456,7 @@ def _cpu_seconds() -> float:
 
 
 def _check_fits(
-    engine: Engine,
+    engine: BenchEngine,
     prompts: Sequence[BenchPrompt],
     tokens: Sequence[list[int]],
     configs: Sequence[Config],

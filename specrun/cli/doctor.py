@@ -14,10 +14,10 @@ from typing import Annotated
 
 import typer
 
-from .. import __version__
+from .. import __version__, defaults
 from ..bench import break_even
-from ..bench.costmodel import Costs
 from ..bench.environment import cpu_model
+from ..engine.auto.cost_model import Costs
 from ..engine.auto.costs import DecodeCosts
 from ..errors import SpecrunError
 from ..models.fetch import availability, cache_dir, hf_cache_dir
@@ -180,17 +180,13 @@ def pair_report(models: opt.ModelFlags, runtime: opt.RuntimeFlags, calibrate: bo
 
 def costs_report(measured: DecodeCosts, calibrated: bool, gpu: bool) -> dict:
     """The cost curve in the document's units, the break-even acceptances and the verdict."""
-    costs = Costs(
-        plain_s=measured.verify_s[1], verify_s=dict(measured.verify_s), draft_token_s=measured.draft_token_s or 0.0
+    head_s = (measured.mtp_s or {}).get(1)
+    costs = Costs.measured(
+        measured.verify_s, {defaults.MODEL: measured.draft_token_s or 0.0, defaults.MTP: head_s or 0.0}
     )
     result = break_even.verdict(costs)
-    head_s = (measured.mtp_s or {}).get(1)
     # the MTP head drafts like a draft model whose token costs one head pass
-    head = (
-        break_even.verdict(Costs(plain_s=costs.plain_s, verify_s=costs.verify_s, draft_token_s=head_s))
-        if head_s
-        else None
-    )
+    head = break_even.verdict(costs, defaults.MTP) if head_s else None
     return {
         "costs": {
             "calibrated_now": calibrated,

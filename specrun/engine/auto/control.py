@@ -15,24 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ... import defaults
+from .cost_model import Costs
 from .drift import CostDrift
 from .estimates import CalibratedCurve, DrafterEstimates, PositionRates
-from .plan import Allocation, Candidate, Costs, Grant, Option, allocate
+from .plan import Allocation, Candidate, Grant, Option, allocate
 
 HOPE_MARGIN = defaults.HOPE_MARGIN
 EXPLORE_ODDS = 0.5  # the chance an untried drafter turns out as good as it could be, when weighing a try
 LEARNED_WEIGHT = 8.0  # trials an earlier run's acceptance counts for: a prior, not a verdict
 OWN_EVIDENCE = 4.0  # trials at which a sequence's own acceptance counts as much as the pooled estimate
-
-
-def expected_tokens(acceptance: Sequence[float], k: int) -> float:
-    """Tokens one step commits on average: 1 + Σ_{j≤k} Π_{i≤j} a_i, where a_i is the chance that
-    draft position i is accepted given that all before it were (the target always adds one token)."""
-    total, survive = 1.0, 1.0
-    for rate in acceptance[:k]:
-        survive *= rate
-        total += survive
-    return total
 
 
 @dataclass(frozen=True)
@@ -106,8 +97,8 @@ class Controller:
     within a few steps. A drafter whose ceiling (its rate at full acceptance) cannot beat plain
     decoding by HOPE_MARGIN is neither warmed up nor probed.
 
-    The drafter named `lookup` proposes before every step (its proposal is in hand); it is then
-    judged on that proposal, not on its averages, and never warmed up or probed.
+    A drafter that proposes before every step (prompt lookup: its proposal is in the Ask's
+    `in_hand`) is judged on that proposal, not on its averages, and never warmed up or probed.
     """
 
     def __init__(
@@ -115,7 +106,6 @@ class Controller:
         drafter_names: Sequence[str],
         k_max: int,
         *,
-        lookup: str | None = defaults.LOOKUP,
         k_start: int = defaults.DRAFT_MAX,
         warmup_steps: int = 3,
         probe_k: int = 2,
@@ -125,13 +115,12 @@ class Controller:
         position_shrink: float = 4.0,
         cost_decay: float = 0.9,
         rate_decay: float = 0.98,
-        caps: Mapping[str, int] | None = None,
+        drafter_k_max: Mapping[str, int] | None = None,
     ):
         if k_max < 1:
             raise ValueError("k_max must be at least 1")
         self.k_max = k_max
-        self.caps = dict(caps or {})  # drafters that draft fewer tokens a step than k_max (chained MTP heads)
-        self.lookup = lookup
+        self.drafter_k_max = dict(drafter_k_max or {})  # drafters that draft fewer tokens a step (chained MTP heads)
         self.k_start = max(1, min(k_start, k_max))
         self.warmup_steps = warmup_steps
         self.probe_k = max(1, min(probe_k, k_max))
@@ -148,14 +137,13 @@ class Controller:
         self.probe_every: dict[str, int] = {}  # per drafter: steps between probes while it is not used
         self.next_probe: dict[str, int] = {}
         self._profiles: dict[str, list[tuple[float, float]] | None] = {}  # until the next observation
-        self._verify_rows: list[float] | None = None  # verify(n) for n = 0..k_max + 1, likewise
+        self._costs: Costs | None = None  # likewise
         for name in drafter_names:
             self._track(name)
         self.steps = 0
         self.choices: Counter[tuple[str | None, int]] = Counter()
         self.reasons: Counter[str] = Counter()
         self._current: Choice | None = None  # the last choice made as the best, for the label
-        self._last: dict[int, Choice] = {}  # the last plan's choices
         self._recent_tokens = 0.0  # decayed tokens and seconds of recent steps: the achieved rate
         self._recent_seconds = 0.0
         self.drift: CostDrift | None = None  # are the seeded costs this machine's? (see drift.py)
@@ -194,21 +182,12 @@ class Controller:
         """Costs or estimates changed: what was computed from them is computed again when asked.
         A step weighs every K of every drafter, so it reads the curves once per observation."""
         self._profiles.clear()
-        self._verify_rows = None
+        self._costs = None
 
-    def _verify_upto(self) -> list[float]:
-        """verify(n) for n = 0..k_max + 1 (0 for none)."""
-        if self._verify_rows is None:
-            self._verify_rows = [0.0] + [self.verify(n) for n in range(1, self.k_max + 2)]
-        return self._verify_rows
-
-    def _draft_costs(self, drafter: str) -> list[float]:
-        """draft_seconds(drafter, m) for m = 0..k_max."""
-        curve = self.passes.get(drafter)
-        if curve:
-            one = curve(1)
-            return [m * one for m in range(self.k_max + 1)]
-        return [self.draft_seconds(drafter, m) for m in range(self.k_max + 1)]
+    def _step_costs(self, drafter: str) -> list[float]:
+        """Seconds of one sequence's step drafting m tokens with `drafter`, for m = 0..k_max."""
+        costs = self.costs()
+        return [costs.step_seconds(m, drafter) for m in range(self.k_max + 1)]
 
     def _track(self, name: str) -> DrafterEstimates:
         if name not in self.tracks:
@@ -226,16 +205,17 @@ class Controller:
     # -- estimates ---------------------------------------------------------------------------
 
     def costs(self) -> Costs:
-        """The cost curves as plan.allocate reads them (only drafters whose passes were timed)."""
-        return Costs(self.verify, {name: curve for name, curve in self.passes.items() if curve})
+        """The cost curves as they stand until the next observation: target passes, the passes of
+        drafters that were timed, and what untimed drafts cost by their length."""
+        if self._costs is None:
+            timed = {name: curve for name, curve in self.passes.items() if curve}
+            drafting = {name: t.draft_cost for name, t in self.tracks.items() if name not in timed and t.draft_cost}
+            self._costs = Costs(self.verify, timed, drafting).remembered()
+        return self._costs
 
     def draft_seconds(self, drafter: str, m: int) -> float:
         """Seconds to draft m tokens for one sequence: m one-row passes, or what its drafts cost."""
-        curve = self.passes.get(drafter)
-        if curve:
-            return m * curve(1) if m > 0 else 0.0
-        track = self.tracks.get(drafter)
-        return track.draft_cost(m) if track is not None and track.draft_cost and m > 0 else 0.0
+        return self.costs().draft_seconds(drafter, m)
 
     def _known(self, drafter: str) -> bool:
         """Whether what a draft of `drafter` costs is known (timed, or calibrated)."""
@@ -259,8 +239,7 @@ class Controller:
             return None
         accept = track.accept.survival()
         reach = [1.0] + track.length.survival()
-        verify, draft = self._verify_upto(), self._draft_costs(drafter)
-        cost = [draft[m] + verify[m + 1] for m in range(self.k_max + 1)]
+        cost = self._step_costs(drafter)
         out, tokens, shorter = [], 1.0, 0.0
         for k in range(1, self.k_max + 1):
             tokens += accept[k - 1]
@@ -286,8 +265,8 @@ class Controller:
         measured yet). Below plain decoding's rate, no acceptance rate can make it pay."""
         if drafter not in self.tracks or not self._known(drafter) or not self.verify:
             return None
-        verify, draft = self._verify_upto(), self._draft_costs(drafter)
-        return max((k + 1) / max(draft[k] + verify[k + 1], 1e-12) for k in range(1, self.k_max + 1))
+        cost = self._step_costs(drafter)
+        return max((k + 1) / max(cost[k], 1e-12) for k in range(1, self.k_max + 1))
 
     def hopeless(self, drafter: str) -> bool:
         """Measured costs say the drafter cannot beat plain decoding by HOPE_MARGIN even if every
@@ -310,7 +289,8 @@ class Controller:
             return True
         track = self.tracks[drafter]
         k = self.probe_k if track.steps >= self.warmup_steps else self.k_start
-        extra = steps * (self.draft_seconds(drafter, k) + self.verify(k + 1) - self.verify(1)) + catch_up_s
+        costs = self.costs()
+        extra = steps * (costs.step_seconds(k, drafter) - costs.plain_s) + catch_up_s
         saving = EXPLORE_ODDS * remaining * (1.0 / plain - 1.0 / ceiling)
         return saving > extra
 
@@ -358,23 +338,6 @@ class Controller:
             candidates, self.costs(), max_rows=max_rows, base_rows=base_rows, value=self.time_value(), grants=grants
         )
 
-    def best(self) -> Choice:
-        """What one sequence would run on the estimates alone (no proposal in hand, no exploration)."""
-        if not self.verify:
-            return PLAIN
-        alloc = self._allocate([Ask(0, self.k_max)], self.k_max + 1)
-        drafter, k = alloc.drafter(0), alloc.k(0)
-        return Choice(drafter, k) if drafter and k else PLAIN
-
-    def trim(self, confidence: Sequence[float] | None, drafted: int) -> int:
-        """How many leading tokens of a proposal in hand (each with its confidence) are worth
-        verifying now: the plan of one sequence with only that option. Without confidences, or
-        before any cost is known: all of them."""
-        if not confidence or not self.verify or not self.verify.measured(1) or self.lookup is None:
-            return drafted
-        candidates = [Candidate(0, [Option(self.lookup, list(confidence[:drafted]))], drafted)]
-        return allocate(candidates, self.costs(), max_rows=drafted + 1, value=self.time_value()).k(0)
-
     def plan(self, asks: Sequence[Ask], *, max_rows: int, base_rows: int = 0) -> Decision:
         """The choices of one step: warm-ups and probes where due, and plan.allocate for the rest."""
         decision = Decision()
@@ -395,7 +358,7 @@ class Controller:
 
     def _cap(self, name: str, ask: Ask) -> int:
         """The most tokens `name` may draft for `ask` this step."""
-        return min(ask.k_max, self.k_max, self.caps.get(name, self.k_max))
+        return min(ask.k_max, self.k_max, self.drafter_k_max.get(name, self.k_max))
 
     def weighs(self, drafter: str) -> bool:
         """Whether plan() weighs `drafter` at all; for one it does not, nothing it would need (its
@@ -405,7 +368,7 @@ class Controller:
     def _options(self, ask: Ask) -> list[Option]:
         """The ways `ask` could draft this step: a proposal in hand, or a drafter judged on its
         estimates. A drafter the seeded costs ruled out is never tried, so it is not weighed
-        either (its profile and moves cost a tenth of a millisecond every step)."""
+        either (its profile and moves would cost host time every step)."""
         options = []
         for name in self.tracks:
             if not self.weighs(name):
@@ -483,7 +446,6 @@ class Controller:
                 break
 
     def _record(self, decision: Decision) -> Decision:
-        self._last = dict(decision.choices)
         for choice in decision.choices.values():
             self.choices[(choice.drafter, choice.k)] += 1
             self.reasons[choice.reason] += 1
@@ -538,57 +500,6 @@ class Controller:
                 return
             self.probe_every[name] = min(2 * self.probe_every[name], self.probe_every_max)
         self.next_probe[name] = self.steps + self.probe_every[name]
-
-    # -- one sequence ------------------------------------------------------------------------
-
-    def choose(
-        self,
-        lookup_confidence: Sequence[float] | None = None,
-        *,
-        remaining: int | None = None,
-        catchup_s: dict[str, float] | None = None,
-    ) -> Choice:
-        """The choice for one sequence alone (the plan of a batch of one): `lookup_confidence` are
-        the confidences of the lookup drafter's proposal in hand (drafted with K = k_max; empty
-        when it found no match), None when the lookup did not propose."""
-        in_hand = (
-            {self.lookup: list(lookup_confidence)}
-            if lookup_confidence is not None and self.lookup in self.tracks
-            else {}
-        )
-        ask = Ask(0, self.k_max, remaining, {}, in_hand, catchup_s or {})
-        return self.plan([ask], max_rows=self.k_max + 1).choice(0)
-
-    def observe_step(
-        self,
-        drafter: str | None,
-        k: int,
-        drafted: int,
-        accepted: int,
-        t_draft: float,
-        t_verify: float,
-        n_batch: int,
-        reason: str | None = None,
-    ) -> None:
-        """Fold in one step of one sequence: what ran (drafter None or k 0: plain), the draft's
-        length and accepted prefix, the seconds spent drafting and verifying, and the verify batch
-        size (drafted + 1). The reason defaults to the last choice's."""
-        last = self._last.get(0)
-        if reason is None:
-            reason = last.reason if last is not None and last.drafter == drafter else "best"
-        choice = Choice(drafter, k, reason) if drafter is not None and k > 0 else PLAIN
-        passes = (
-            {drafter: [(1, t_draft / drafted)] * drafted}
-            if drafter is not None and drafted and drafter != self.lookup
-            else None
-        )
-        self.observe(
-            [Outcome(choice, drafted, accepted, t_draft)],
-            rows=n_batch,
-            verify_s=t_verify,
-            draft_s=t_draft,
-            passes=passes,
-        )
 
     # -- reporting ---------------------------------------------------------------------------
 

@@ -21,12 +21,11 @@ Pure functions of estimates and cost curves: no clock, no model.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ... import defaults
-
-Curve = Callable[[int], float]
+from .cost_model import Costs
 
 
 @dataclass(frozen=True)
@@ -45,15 +44,6 @@ class Candidate:
     seq: int
     options: Sequence[Option]
     k_max: int
-
-
-@dataclass(frozen=True)
-class Costs:
-    """Seconds of a target pass over n tokens, and of each pass-running drafter's pass over n rows
-    (a drafter absent here, prompt lookup, drafts for free)."""
-
-    verify: Curve
-    draft: dict[str, Curve] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -214,27 +204,30 @@ def allocate(
 
 def fixed(
     candidates: Sequence[Candidate],
-    mode: str,
+    drafters: Sequence[str],
     k: int,
     *,
     max_rows: int,
-    model: str = defaults.MODEL,
     min_confidence: float = defaults.HYBRID_MIN_CONFIDENCE,
 ) -> Allocation:
-    """The fixed modes: every sequence drafts up to k tokens with the mode's drafter ("draft": the
-    drafter named `model`; "ngram": prompt lookup, as far as its proposal goes; "hybrid": lookup
-    when its first token is at least `min_confidence` likely, else the model), however full the
-    batch is."""
+    """The fixed modes: every sequence drafts up to k tokens with the first of the mode's
+    `drafters` it has an option of, however full the batch is. A drafter before the last is taken
+    only when its first token is at least `min_confidence` likely (hybrid: prompt lookup when it
+    has a confident match, else the draft model); the last is taken as far as its option goes."""
     alloc = Allocation(tokens=float(len(candidates)))
     rows = len(candidates)
+    last = len(drafters) - 1
     for cand in candidates:
         by_name = {o.drafter: o for o in cand.options}
-        lookup, drafter = by_name.get(defaults.LOOKUP), by_name.get(model)
-        if mode == "hybrid":
-            confident = lookup is not None and lookup.acceptance and lookup.acceptance[0] >= min_confidence
-            option = lookup if confident else drafter
-        else:
-            option = drafter if mode == "draft" else lookup
+        option = next(
+            (
+                by_name[name]
+                for i, name in enumerate(drafters)
+                if name in by_name
+                and (i == last or (by_name[name].acceptance and by_name[name].acceptance[0] >= min_confidence))
+            ),
+            None,
+        )
         if option is None:
             continue
         n = min(k, cand.k_max, max_rows - rows, len(option.acceptance))

@@ -11,7 +11,7 @@ from cli_helpers import specrun
 
 from specrun.bench.prompts import BenchPrompt
 from specrun.bench.serve_load import (
-    Outcome,
+    RequestOutcome,
     mark_identical,
     summary,
     warnings,
@@ -35,8 +35,10 @@ def test_the_workload_asks_every_prompt_for_a_long_and_a_short_answer_in_a_seede
     assert {r.id: r.system for r in requests}["b/1/short"] == "be brief"
 
 
-def outcome(i: int, completion: float, tokens: int, drafted: int = 0, accepted: int = 0, text: str = "x") -> Outcome:
-    return Outcome(
+def outcome(
+    i: int, completion: float, tokens: int, drafted: int = 0, accepted: int = 0, text: str = "x"
+) -> RequestOutcome:
+    return RequestOutcome(
         f"r{i}",
         "a",
         64,
@@ -53,7 +55,9 @@ def outcome(i: int, completion: float, tokens: int, drafted: int = 0, accepted: 
 
 
 def test_a_run_summary_gives_throughput_over_the_burst_and_per_request_times():
-    outcomes = [outcome(i, float(i + 1), 10, 4, 3) for i in range(20)] + [Outcome("bad", "a", 64, 503, error="busy")]
+    outcomes = [outcome(i, float(i + 1), 10, 4, 3) for i in range(20)] + [
+        RequestOutcome("bad", "a", 64, 503, error="busy")
+    ]
     figures = summary(outcomes, makespan=20.0)
     assert figures["answered"] == 20 and figures["failed"] == [{"id": "bad", "status": 503, "error": "busy"}]
     assert figures["throughput_tokens_per_s"] == pytest.approx(200 / 20.0)

@@ -53,7 +53,7 @@ def workload(prompts: Sequence[BenchPrompt], max_tokens: int, seed: int) -> list
 
 
 @dataclass
-class Outcome:
+class RequestOutcome:
     """What one client saw."""
 
     id: str
@@ -85,10 +85,10 @@ def send(
     api_key: str | None = None,
     submitted: threading.Event | None = None,
     variables: dict | None = None,
-) -> Outcome:
+) -> RequestOutcome:
     """One streamed chat request; `submitted` is set once the server has taken it (its first event);
     `variables` go to the chat template as the request's chat_template_kwargs (e.g. enable_thinking)."""
-    out = Outcome(request.id, request.category, request.max_tokens)
+    out = RequestOutcome(request.id, request.category, request.max_tokens)
     messages = ([{"role": "system", "content": request.system}] if request.system else []) + [
         {"role": "user", "content": request.prompt}
     ]
@@ -125,7 +125,7 @@ def send(
     return out
 
 
-def _read_events(response, out: Outcome, start: float, submitted: threading.Event | None) -> None:
+def _read_events(response, out: RequestOutcome, start: float, submitted: threading.Event | None) -> None:
     pieces: list[str] = []
     for raw in response:
         line = raw.decode("utf-8").strip()
@@ -165,10 +165,10 @@ def burst(
     *,
     api_key: str | None = None,
     variables: dict | None = None,
-) -> tuple[list[Outcome], float]:
+) -> tuple[list[RequestOutcome], float]:
     """Send every request at once, each from its own client, submitted in order; returns the
     outcomes (in workload order) and the seconds from the first send to the last answer."""
-    outcomes: list[Outcome | None] = [None] * len(requests)
+    outcomes: list[RequestOutcome | None] = [None] * len(requests)
     taken = [threading.Event() for _ in requests]
 
     def client(i: int) -> None:
@@ -196,7 +196,7 @@ def _p95(values: list[float]) -> float | None:
     return round(ordered[min(len(ordered), max(1, math.ceil(0.95 * len(ordered)))) - 1], 4)
 
 
-def summary(outcomes: Sequence[Outcome], makespan: float) -> dict:
+def summary(outcomes: Sequence[RequestOutcome], makespan: float) -> dict:
     """A run's figures: throughput over the whole burst, and per-request times."""
     ok = [o for o in outcomes if o.ok]
     tokens = sum(o.completion_tokens for o in ok)
@@ -253,7 +253,7 @@ def record(
     concurrency: int,
     repetition: int,
     temperature: float,
-    outcomes: list[Outcome],
+    outcomes: list[RequestOutcome],
     makespan: float,
     cpu_share: float | None = None,
 ) -> dict:

@@ -19,7 +19,7 @@ from ..runtime.chat_format import thinking_variables
 from ..terminal import Output, isatty
 from . import options as opt
 from .options import flag_groups
-from .settings import check_runtime, generation_settings, open_pair, pick_seed, resolve, spec_mode
+from .settings import answer_settings, check_runtime, open_pair, pick_seed, resolve, spec_mode
 
 ShowDrafts = Annotated[
     bool,
@@ -41,46 +41,32 @@ Jsonl = Annotated[
 
 @flag_groups
 def chat(
-    models: opt.ModelFlags = opt.ModelFlags(),
+    flags: opt.GenerateFlags = opt.GenerateFlags(),
     max_tokens: opt.MaxTokens = defaults.CHAT_MAX_TOKENS,
-    sampling: opt.SamplingFlags = opt.SamplingFlags(),
-    speculation: opt.SpeculationFlags = opt.SpeculationFlags(),
-    runtime: opt.RuntimeFlags = opt.RuntimeFlags(),
-    system: opt.System = None,
-    think: opt.Think = None,
-    hide_thinking: opt.HideThinking = False,
     show_drafts: ShowDrafts = False,
     jsonl: Jsonl = False,
     quiet: opt.Quiet = False,
 ) -> None:
     """Chat with a model: live speed and acceptance on a terminal; one turn per line from a pipe."""
+    framing, hide_thinking = flags.framing, flags.framing.hide_thinking
     out = Output(quiet=quiet)
-    check_runtime(runtime)
-    resolved = resolve(models)
+    check_runtime(flags.runtime)
+    resolved = resolve(flags.models)
     terminal = not jsonl and isatty(sys.stdin)
-    settings = generation_settings(
-        max_tokens=max_tokens,
-        temperature=sampling.temperature,
-        filters=sampling.filters,
-        tuning=speculation.tuning,
-        draft_max=speculation.draft_max,
-        seed=None,
-        stop=sampling.stop,
-        ignore_eos=sampling.ignore_eos,
-    )
-    seed = pick_seed(sampling.seed)
+    settings = answer_settings(flags, max_tokens=max_tokens, draft_max=flags.speculation.draft_max, seed=None)
+    seed = pick_seed(flags.sampling.seed)
     if terminal and not quiet:
         out.warn("loading models…")
-    loaded = open_pair(resolved, runtime, out.warn)
+    loaded = open_pair(resolved, flags.runtime, out.warn)
     try:
         session = ChatSession(
             loaded,
             settings,
-            mode=spec_mode(speculation.spec, models.draft),
-            system=system,
+            mode=spec_mode(flags.speculation.spec, flags.models.draft),
+            system=framing.system,
             seed=seed,
             recommended_k=resolved.recommended_k,
-            variables=thinking_variables(think),
+            variables=thinking_variables(framing.think),
         )
         if terminal:
             display = TerminalDisplay(

@@ -27,7 +27,7 @@ from ..models.fetch import (
     say_unverified,
     shard_paths,
 )
-from ..models.registry import Model, Registry, load_registry
+from ..models.registry import ModelEntry, Registry, load_registry
 from ..terminal import human_size, progress_display
 
 RegistryOpt = Annotated[
@@ -61,7 +61,7 @@ def _print_json(data: dict) -> None:
 # ---- pairs ---------------------------------------------------------------------------------------
 
 
-def _model_dict(model: Model) -> dict:
+def _model_dict(model: ModelEntry) -> dict:
     found = availability(model)
     return {
         "name": model.name,
@@ -185,7 +185,7 @@ def _pulled(name: str, path: Path, files: list[Path], was: str, hook) -> dict:
     return {"name": name, "path": str(path), "was": was, "sha256": hashes}
 
 
-def _models_to_pull(name: str | None, reg: Registry) -> list[Model]:
+def _models_to_pull(name: str | None, reg: Registry) -> list[ModelEntry]:
     if name is None:
         p = reg.default_pair()
         return [reg.models[p.target], reg.models[p.draft]]

@@ -323,6 +323,15 @@ class SpeculationFlags:
 
 
 @dataclasses.dataclass(frozen=True)
+class FramingFlags:
+    """How the prompt is framed, and whether a thinking model's reasoning is shown (run, chat)."""
+
+    system: System = None
+    think: Think = None
+    hide_thinking: HideThinking = False
+
+
+@dataclasses.dataclass(frozen=True)
 class RuntimeFlags:
     """Where and how the models run: context, threads, devices and layers on them, RPC workers, memory."""
 
@@ -336,6 +345,18 @@ class RuntimeFlags:
     rpc: Rpc = None
     mlock: Mlock = False
     no_mmap: NoMmap = False
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerateFlags:
+    """Everything run and chat share: the models, how tokens are chosen, speculation, the runtime
+    and the prompt's framing."""
+
+    models: ModelFlags = ModelFlags()
+    sampling: SamplingFlags = SamplingFlags()
+    speculation: SpeculationFlags = SpeculationFlags()
+    runtime: RuntimeFlags = RuntimeFlags()
+    framing: FramingFlags = FramingFlags()
 
 
 def _is_group(annotation: object) -> bool:

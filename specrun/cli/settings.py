@@ -16,7 +16,7 @@ from ..models.registry import load_registry
 from ..runtime.pair import Pair, PairConfig
 from ..terminal import progress_display
 from . import fatal
-from .options import FilterFlags, ModelFlags, RuntimeFlags, TuningFlags
+from .options import FilterFlags, GenerateFlags, ModelFlags, RuntimeFlags, TuningFlags
 
 
 def resolve(models: ModelFlags) -> Resolved:
@@ -63,6 +63,23 @@ def generation_settings(
         ngram_max=tuning.ngram_max,
         stop=tuple(stop or ()),
         ignore_eos=ignore_eos,
+    )
+
+
+def answer_settings(
+    flags: GenerateFlags, *, max_tokens: int, draft_max: int | None, seed: int | None
+) -> GenerationSettings:
+    """The settings run and chat answer with, from the flags they share."""
+    sampling = flags.sampling
+    return generation_settings(
+        max_tokens=max_tokens,
+        temperature=sampling.temperature,
+        filters=sampling.filters,
+        tuning=flags.speculation.tuning,
+        draft_max=draft_max,
+        seed=seed,
+        stop=sampling.stop,
+        ignore_eos=sampling.ignore_eos,
     )
 
 

@@ -3,8 +3,7 @@
 llama.cpp's CPU backend is built with OpenMP: every thread that opens a parallel region gets a team
 of workers of its own. A server that measured its batch costs on the main thread and then decoded on
 its engine thread kept two teams, more threads than CPUs; libgomp then stops spinning at its
-barriers (one per graph operation) and sleeps in the kernel instead, and every pass got slower
-(42-45 ms per token from one thread, 60-67 ms from a second one after the first had decoded).
+barriers (one per graph operation) and sleeps in the kernel instead, and every pass gets slower.
 Running all of a server's passes on this one thread keeps one team.
 
 A job submitted while a long one (an engine loop) holds the thread runs on a thread of its own:
@@ -23,7 +22,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-class Job:
+class Task:
     """A submitted call: its future, and the thread that runs it (for an interrupt)."""
 
     def __init__(self, fn: Callable[..., Any], args: tuple):
@@ -60,12 +59,12 @@ class ComputeThread:
     def __init__(self, name: str = "specrun-compute"):
         self.name = name
         self._lock = threading.Lock()
-        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Task] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._busy = False
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Job:
-        job = Job(fn, args)
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Task:
+        job = Task(fn, args)
         with self._lock:
             if self._busy:
                 threading.Thread(target=job.execute, name=f"{self.name}-extra", daemon=True).start()
@@ -120,6 +119,6 @@ def call(fn: Callable[..., T], *args: Any) -> T:
     return COMPUTE.call(fn, *args)
 
 
-def submit(fn: Callable[..., Any], *args: Any) -> Job:
+def submit(fn: Callable[..., Any], *args: Any) -> Task:
     """fn(*args) on the process's compute thread, not waited for."""
     return COMPUTE.submit(fn, *args)

@@ -27,7 +27,7 @@ NOISE_TAIL = 8  # tokens decoded alone and in one batch to measure the arithmeti
 
 
 @dataclass(frozen=True)
-class Candidate:
+class RankedToken:
     """A token as the target's logits at one position rank it."""
 
     token: int
@@ -43,8 +43,8 @@ class Finding:
     """A position whose token is not the argmax: the token chosen and the argmax, both ranked."""
 
     position: int
-    chosen: Candidate
-    top: Candidate
+    chosen: RankedToken
+    top: RankedToken
 
     def to_dict(self) -> dict:
         return {"position": self.position, "chosen": self.chosen.to_dict(), "top": self.top.to_dict()}
@@ -72,10 +72,10 @@ class IdentityCheck:
         }
 
 
-def rank(row: np.ndarray, token: int) -> Candidate:
+def rank(row: np.ndarray, token: int) -> RankedToken:
     """Where `token` stands in one row of logits."""
     value = row[token]
-    return Candidate(int(token), 1 + int(np.count_nonzero(row > value)), float(row.max() - value))
+    return RankedToken(int(token), 1 + int(np.count_nonzero(row > value)), float(row.max() - value))
 
 
 def check_rows(rows: np.ndarray, output: Sequence[int], tolerance: float = NEAR_TIE_LOGITS) -> IdentityCheck:
@@ -85,7 +85,7 @@ def check_rows(rows: np.ndarray, output: Sequence[int], tolerance: float = NEAR_
         top = int(np.argmax(row))
         if token == top:
             continue
-        finding = Finding(position, rank(row, token), Candidate(top, 1, 0.0))
+        finding = Finding(position, rank(row, token), RankedToken(top, 1, 0.0))
         (result.ties if finding.chosen.gap <= tolerance else result.violations).append(finding)
     return result
 

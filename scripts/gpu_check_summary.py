@@ -212,7 +212,8 @@ def speedup_plot(doc: dict) -> str | None:
         return height - bottom - s / top * (height - bottom - margin)
 
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        'font-size="11">',
         '<rect width="100%" height="100%" fill="white"/>',
         f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(1)}" y2="{y(0)}" stroke="black"/>',
         f'<line x1="{x(0)}" y1="{y(0)}" x2="{x(0)}" y2="{y(top)}" stroke="black"/>',
@@ -240,7 +241,8 @@ def speedup_plot(doc: dict) -> str | None:
             if kk == k:
                 out.append(f'<circle cx="{x(a):.1f}" cy="{y(s):.1f}" r="4" fill="{colour}"/>')
         out.append(
-            f'<text x="{x(0) + 10}" y="{y(top) + 14 * (i + 1):.1f}" fill="{colour}">K={k}: line the cost model, dots measured</text>'
+            f'<text x="{x(0) + 10}" y="{y(top) + 14 * (i + 1):.1f}" fill="{colour}">K={k}: line the cost model, dots '
+            "measured</text>"
         )
     out.append("</svg>")
     return "\n".join(out) + "\n"

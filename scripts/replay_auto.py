@@ -158,7 +158,8 @@ def replay_all(
                         by_category[(item["category"], f"{mode}:{k}")].append(speedup)
                         if not session:
                             print(
-                                f"{pid:32s} {mode}:{k} {speedup:.2f}× ({counts['accepted']}/{counts['drafted']}, {counts['steps']} steps)"
+                                f"{pid:32s} {mode}:{k} {speedup:.2f}× ({counts['accepted']}/{counts['drafted']}, "
+                                f"{counts['steps']} steps)"
                             )
     return by_category
 

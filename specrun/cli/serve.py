@@ -95,7 +95,8 @@ CorsOrigin = Annotated[
     typer.Option(
         "--cors-origin",
         metavar="ORIGIN",
-        help="Let web pages of ORIGIN (scheme://host[:port]) call the server from a browser; repeatable. Default: no origin may.",
+        help="Let web pages of ORIGIN (scheme://host[:port]) call the server from a browser; repeatable. Default: no "
+        "origin may.",
         rich_help_panel=SERVER,
     ),
 ]

@@ -34,7 +34,10 @@ def report(args: threading.ExceptHookArgs) -> None:
         line = f"specrun: error: {error.one_line()}"
     else:
         name = args.thread.name if args.thread is not None else "a background thread"
-        line = f"specrun: internal error in {name}: {args.exc_type.__name__}: {error} (SPECRUN_DEBUG=1 shows the traceback)"
+        line = (
+            f"specrun: internal error in {name}: {args.exc_type.__name__}: {error} (SPECRUN_DEBUG=1 shows the "
+            "traceback)"
+        )
     try:
         sys.stderr.write(line + "\n")
         sys.stderr.flush()

@@ -39,7 +39,8 @@ Host = Annotated[
     str,
     typer.Option(
         "--host",
-        help="The address to listen on (an IPv4 address; 0.0.0.0: every interface). Anything but loopback exposes the worker to the network.",
+        help="The address to listen on (an IPv4 address; 0.0.0.0: every interface). Anything but loopback exposes the "
+        "worker to the network.",
         rich_help_panel=WORKER,
     ),
 ]
@@ -67,7 +68,8 @@ Cache = Annotated[
     typer.Option(
         "--cache",
         metavar="DIR",
-        help="llama.cpp's tensor cache: large tensors received are kept here, so a restarted worker is not sent the weights again.",
+        help="llama.cpp's tensor cache: large tensors received are kept here, so a restarted worker is not sent the "
+        "weights again.",
         rich_help_panel=WORKER,
     ),
 ]
@@ -172,7 +174,8 @@ def listen_address(host: str) -> ipaddress.IPv4Address:
 
 
 def served_devices(names: str | None) -> list[Device]:
-    """--device as this machine's devices (the CPU allowed); default every GPU, else the CPU, as llama.cpp's rpc-server."""
+    """--device as this machine's devices (the CPU allowed); default every GPU, else the CPU, as
+    llama.cpp's rpc-server."""
     local = [d for d in engine_devices.devices() if not d.remote]
     if names is None:
         return [d for d in local if d.kind not in ("cpu", "accel")] or [d for d in local if d.kind == "cpu"]

@@ -52,7 +52,8 @@ def read_vocabulary(path: str | os.PathLike) -> Vocabulary:
     if not model:
         raise ModelFileError(
             f"llama.cpp cannot read {path}",
-            "the file may be damaged or of an architecture this llama.cpp build does not know; SPECRUN_DEBUG=1 shows its log",
+            "the file may be damaged or of an architecture this llama.cpp build does not know; SPECRUN_DEBUG=1 shows "
+            "its log",
         )
     try:
         vocab = lib.llama_model_get_vocab(model)

@@ -139,7 +139,8 @@ def check(endpoint: Endpoint, timeout: float = CHECK_TIMEOUT_S) -> tuple[int, in
         ) from None
     if reply is None:
         raise RpcError(
-            f"the RPC worker at {endpoint} closed the connection during the handshake: it runs a llama.cpp with another RPC "
+            f"the RPC worker at {endpoint} closed the connection during the handshake: it runs a llama.cpp with "
+            "another RPC "
             f"protocol than this one ({PROTOCOL[0]}.{PROTOCOL[1]})",
             "install the same llama-cpp-python version on both machines (upgrade the older one)",
         )
@@ -147,7 +148,8 @@ def check(endpoint: Endpoint, timeout: float = CHECK_TIMEOUT_S) -> tuple[int, in
     if major != PROTOCOL[0] or minor > PROTOCOL[1]:
         older = "the worker" if (major, minor) < PROTOCOL else "specrun's llama-cpp-python"
         raise RpcError(
-            f"the RPC worker at {endpoint} speaks protocol {major}.{minor}.{patch}, this llama.cpp {PROTOCOL[0]}.{PROTOCOL[1]}",
+            f"the RPC worker at {endpoint} speaks protocol {major}.{minor}.{patch}, this llama.cpp "
+            f"{PROTOCOL[0]}.{PROTOCOL[1]}",
             f"upgrade {older} so both run the same llama.cpp version",
         )
     return major, minor, patch

@@ -66,8 +66,9 @@ class Dist:
     """A next-token distribution over its support: ids in ascending order and their probabilities.
 
     Kept as Python tuples: a support is a few dozen tokens, and right after a CPU pass has flushed
-    the caches each numpy call over so few numbers costs more than the arithmetic. Sampling walks the ids in ascending order with one uniform, which draws exactly
-    the token that inverse-CDF sampling over the whole vocabulary's vector would."""
+    the caches each numpy call over so few numbers costs more than the arithmetic. Sampling walks
+    the ids in ascending order with one uniform, which draws exactly the token that inverse-CDF
+    sampling over the whole vocabulary's vector would."""
 
     ids: tuple[int, ...]  # ascending, no repeats
     p: tuple[float, ...]  # same length, sums to 1

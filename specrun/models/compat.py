@@ -183,7 +183,8 @@ def compare(t: Vocabulary, d: Vocabulary) -> tuple[tuple[Rule, ...], TokenDiff |
                 False,
                 diff.target,
                 diff.draft,
-                f"token {diff.id} differs: target {diff.target}, draft {diff.draft} ({diff.count} of {checked} tokens differ)",
+                f"token {diff.id} differs: target {diff.target}, draft {diff.draft} ({diff.count} of {checked} tokens "
+                "differ)",
             )
         )
     return tuple(rules), diff

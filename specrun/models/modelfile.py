@@ -59,7 +59,10 @@ def mtp_layers(path: str | os.PathLike) -> int:
 # llama_set_nextn_layer_offset), so a model of several heads drafts head by head; elsewhere the
 # graph takes exactly one block and aborts on more.
 CHAINED_MTP_ARCHS = ("step35", "mimo2", "hy_v3")
-UNCHAINED_HEADS = f"this llama.cpp drafts with several heads only for {', '.join(CHAINED_MTP_ARCHS[:-1])} and {CHAINED_MTP_ARCHS[-1]} models"
+UNCHAINED_HEADS = (
+    f"this llama.cpp drafts with several heads only for {', '.join(CHAINED_MTP_ARCHS[:-1])} and "
+    f"{CHAINED_MTP_ARCHS[-1]} models"
+)
 
 
 def mtp_chain(path: str | os.PathLike) -> str | None:

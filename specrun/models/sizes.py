@@ -92,7 +92,8 @@ def sizes_from_header(header: GGUFHeader, path: str | Path) -> ModelSize:
         if n_layer > LLAMA_MAX_LAYERS:
             raise _unreadable(
                 path,
-                f"it has no {arch}.block_count and a tensor of layer {n_layer - 1}; llama.cpp takes at most {LLAMA_MAX_LAYERS} layers",
+                f"it has no {arch}.block_count and a tensor of layer {n_layer - 1}; llama.cpp takes at most "
+                f"{LLAMA_MAX_LAYERS} layers",
             )
     n_embd = _count(path, meta, f"{arch}.embedding_length", 0)
     n_head = _count(path, meta, f"{arch}.attention.head_count", 0) or 1

@@ -138,7 +138,8 @@ class Pair:
         self.mtp_chain = mtp_chain(config.target)
         if self.mtp_chain is None and (heads := mtp_layers(config.target)):
             warn(
-                f"specrun: warning: {Path(config.target).name} has {heads} MTP heads, and {UNCHAINED_HEADS}; its heads are not used"
+                f"specrun: warning: {Path(config.target).name} has {heads} MTP heads, and {UNCHAINED_HEADS}; its "
+                "heads are not used"
             )
         self.target_model = Model(config.target, options(self.placement.target, load_mtp=self.mtp_chain is not None))
         self.draft_model = self.bridge = self.assistant_model = None

@@ -174,7 +174,8 @@ class Service:
         """Refuse, before tokenizing, a prompt too long in bytes to fit the context in tokens."""
         if n_bytes > self.max_prompt_bytes:
             raise RequestError(
-                f"the prompt is {n_bytes} bytes, more than {self.ctx_size} tokens can hold (at most {self.max_prompt_bytes} "
+                f"the prompt is {n_bytes} bytes, more than {self.ctx_size} tokens can hold (at most "
+                f"{self.max_prompt_bytes} "
                 "bytes with this vocabulary; shorten it, or start the server with a larger --ctx-size)",
                 param,
                 "context_length_exceeded",

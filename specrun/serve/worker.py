@@ -296,7 +296,8 @@ class Worker:
                 pass
         if self.warn is not None:
             self.warn(
-                f"specrun serve: error: the engine stopped ({reason}); every request is answered 503 until the server is restarted"
+                f"specrun serve: error: the engine stopped ({reason}); every request is answered 503 until the server "
+                "is restarted"
             )
 
     def _has_work(self) -> bool:

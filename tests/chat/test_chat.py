@@ -143,7 +143,10 @@ def terminal(tmp_path):
         term.close()
 
 
-SUMMARY = r"(\d+) tok · [\d.]+ tok/s · first token [\d.]+ s · total [\d.]+ s · accept \d+% \(\d+/\d+ drafted\) · [\d.]+ tok/step · prompt (\d+) tok, (\d+) new"
+SUMMARY = (
+    r"(\d+) tok · [\d.]+ tok/s · first token [\d.]+ s · total [\d.]+ s · accept \d+% \(\d+/\d+ drafted\) · "
+    r"[\d.]+ tok/step · prompt (\d+) tok, (\d+) new"
+)
 
 
 def test_two_turns_with_live_status_and_summaries(terminal, tiny_target, tiny_draft):

@@ -58,7 +58,8 @@ def world(isolated, tmp_path, monkeypatch, tiny_target, tiny_draft, tiny_other):
         f'[[model]]\nname = "tt"\nparams = "1M"\nsize = {tiny_target.stat().st_size}\npath = "{tiny_target}"\n'
         f'[[model]]\nname = "chunky"\nsize = {len(payload)}\nbundle = {bundle_toml(prefix, 2, payload)}\n'
         '[[model]]\nname = "remote"\nhf = { repo = "o/remote", file = "r.gguf" }\n'
-        '[[pair]]\nname = "tt+chunky"\ntarget = "tt"\ndraft = "chunky"\ndefault = true\nverified = true\nnote = "tiny"\n'
+        '[[pair]]\nname = "tt+chunky"\ntarget = "tt"\ndraft = "chunky"\ndefault = true\nverified = true\nnote = '
+        '"tiny"\n'
         '[[pair]]\nname = "tt+remote"\ntarget = "tt"\ndraft = "remote"\n',
     )
     return reg

@@ -240,7 +240,8 @@ def test_hybrid_context_needs_a_ubatch_longer_than_the_snapshots(hybrid_target):
     script = (
         "import os, sys; sys.path[:0] = sys.argv[1].split(os.pathsep)\n"
         "from test_arch_models import loaded, context, decode\n"
-        "with loaded(sys.argv[2]) as (lib, model), context(lib, model, n_rs_seq=4, n_batch=int(sys.argv[3]), n_ubatch=int(sys.argv[3])) as ctx:\n"
+        "with loaded(sys.argv[2]) as (lib, model), context(lib, model, n_rs_seq=4, n_batch=int(sys.argv[3]), "
+        "n_ubatch=int(sys.argv[3])) as ctx:\n"
         "    decode(lib, ctx, [5])\n"
         "print('decoded')\n"
     )

@@ -45,7 +45,8 @@ def chunked(isolated, site, payload, tmp_path, request):
     parts = make_chunk_dists(site, payload, prefix, 3)
     reg_file = write_registry(
         tmp_path / "reg.toml",
-        f'[[model]]\nname = "chunky"\nbundle = {bundle_toml(prefix, 3, payload)}\nhf = {{ repo = "o/chunky", file = "c.gguf" }}\n',
+        f'[[model]]\nname = "chunky"\nbundle = {bundle_toml(prefix, 3, payload)}\nhf = '
+        f'{{ repo = "o/chunky", file = "c.gguf" }}\n',
     )
     reg = load_registry(reg_file)
     return reg, reg.model("chunky"), parts, prefix
@@ -385,8 +386,10 @@ def test_bundle_not_installed_falls_back_to_hugging_face(isolated, tmp_path):
     reg = load_registry(
         write_registry(
             tmp_path / "r.toml",
-            '[[model]]\nname = "ghost"\nbundle = { distribution = "no-such-dist-part{n}", file = "x{n}", count = 2, sha256 = "'
-            + "c" * 64
+            '[[model]]\nname = "ghost"\nbundle = '
+            '{ distribution = "no-such-dist-part{n}", file = "x{n}", count = 2, sha256 = "'
+            + "c"
+            * 64
             + '", size = 4 }\n'
             'hf = { repo = "o/ghost", file = "g.gguf" }\n',
         )

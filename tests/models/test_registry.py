@@ -110,7 +110,8 @@ def test_syntax_error_names_file_and_line():
         ('[[model]]\nname = "x"\npath = "a"\nsize = -3\n', "must be positive"),
         ('[[model]]\nname = "x"\nhf = { repo = "norepo", file = "a.gguf" }\n', "OWNER/NAME"),
         (
-            '[[model]]\nname = "x"\nbundle = { distribution = "d{n}", file = "f{n}", count = 2, sha256 = "abc", size = 3 }\n',
+            '[[model]]\nname = "x"\nbundle = '
+            '{ distribution = "d{n}", file = "f{n}", count = 2, sha256 = "abc", size = 3 }\n',
             "64 hex",
         ),
         (
@@ -155,8 +156,11 @@ def test_unknown_key_suggests_the_closest():
 def test_bundle_parts_from_template_or_list():
     sha = "b" * 64
     reg = parse_text(
-        f'[[model]]\nname = "a"\nbundle = {{ distribution = "p{{n}}", file = "p{{n}}/x{{n:03d}}.bin", count = 3, sha256 = "{sha}", size = 9, version = "2.0" }}\n'
-        f'[[model]]\nname = "b"\nbundle = {{ parts = [{{ distribution = "q", file = "q/1" }}, {{ distribution = "r", file = "r/2" }}], sha256 = "{sha}", size = 9 }}\n',
+        '[[model]]\nname = "a"\nbundle = '
+        '{ distribution = "p{n}", file = "p{n}/x{n:03d}.bin", count = 3, '
+        f'sha256 = "{sha}", size = 9, version = "2.0" }}\n'
+        '[[model]]\nname = "b"\nbundle = { parts = [{ distribution = "q", file = "q/1" }, '
+        f'{{ distribution = "r", file = "r/2" }}], sha256 = "{sha}", size = 9 }}\n',
         "x.toml",
     )
     a, b = reg.models
@@ -201,7 +205,8 @@ def test_user_file_overrides_sources_and_default(isolated, tmp_path):
     # --registry comes last and wins again
     extra = write_registry(
         tmp_path / "extra.toml",
-        '[[pair]]\nname = "qwen2.5-coder-1.5b+0.5b"\ntarget = "qwen2.5-coder-1.5b"\ndraft = "qwen2.5-coder-0.5b"\ndefault = true\n',
+        '[[pair]]\nname = "qwen2.5-coder-1.5b+0.5b"\ntarget = "qwen2.5-coder-1.5b"\n'
+        'draft = "qwen2.5-coder-0.5b"\ndefault = true\n',
     )
     reg = load_registry(extra)
     assert reg.default_pair().name == "qwen2.5-coder-1.5b+0.5b"

@@ -110,7 +110,8 @@ def test_cpu_only_machine_keeps_everything_on_the_cpu():
     assert placement.target.gpu_layers == 0 and placement.target.offload == ()
     assert (
         placement.describe()
-        == f"target 28/28 layers CPU ({(150 + 2800 + 200) / 1000 + 28 * 4096e3 / 1e9:.1f} GB) · draft 24/24 layers CPU (0.7 GB)"
+        == f"target 28/28 layers CPU ({(150 + 2800 + 200) / 1000 + 28 * 4096e3 / 1e9:.1f} GB) · draft 24/24 layers "
+        "CPU (0.7 GB)"
     )
     assert placement.brief() == "target CPU, draft CPU" and not placement.remote
 

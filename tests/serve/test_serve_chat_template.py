@@ -148,7 +148,10 @@ def test_nul_and_every_code_point_reach_the_model_intact(tiny_server, tiny_targe
 
 
 def test_a_template_that_raises_is_a_400_naming_the_model_and_its_message(tmp_path):
-    template = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{{ messages[0]['content'] }}"
+    template = (
+        "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+        "{{ messages[0]['content'] }}"
+    )
     path = write_tiny_gguf(tmp_path / "strict.gguf", chat_template=template)
     pair = load_pair(path, None)
     try:

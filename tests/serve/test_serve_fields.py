@@ -65,7 +65,8 @@ def refused(response: httpx.Response, param: str, code: str | None = None, *, na
         (CHAT, '{"messages": [{"role": "user", "content": "hi"}], "model": "\\ud800", "max_tokens": 2}', "model"),
         (
             CHAT,
-            '{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"k": ["\\ud800"]}, "max_tokens": 2}',
+            '{"messages": [{"role": "user", "content": "hi"}], '
+            '"chat_template_kwargs": {"k": ["\\ud800"]}, "max_tokens": 2}',
             "chat_template_kwargs",
         ),
         (

@@ -49,7 +49,8 @@ def bundle_toml(prefix: str, n_parts: int, payload: bytes, version: str = "1.0")
     """The `bundle = {...}` value describing chunk distributions made by make_chunk_dists."""
     package = prefix.replace("-", "_")
     return (
-        f'{{ distribution = "{prefix}-part{{n}}", file = "{package}_part{{n}}/data/part{{n:02d}}.bin", count = {n_parts}, '
+        f'{{ distribution = "{prefix}-part{{n}}", file = "{package}_part{{n}}/data/part{{n:02d}}.bin", '
+        f"count = {n_parts}, "
         f'version = "{version}", sha256 = "{hashlib.sha256(payload).hexdigest()}", size = {len(payload)} }}'
     )
 

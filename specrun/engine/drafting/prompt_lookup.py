@@ -15,8 +15,8 @@ from .protocol import Draft
 
 
 class PromptLookup:
-    """One history's prompt lookup. Proposes the continuation of the copy the answer is making of earlier text, else of the
-    longest, then most recent, n-gram match of the history's end.
+    """One history's prompt lookup. Proposes the continuation of the copy the answer is making of
+    earlier text, else of the longest, then most recent, n-gram match of the history's end.
 
     The copy is followed through edits by a `CopyCursor` (off with `follow_copies=False`): it knows
     where in the prompt the answer is, resumes there after a changed token, and repeats the changes

@@ -595,12 +595,14 @@ def test_json_document_schema_on_tiny_models(tiny_target, tiny_draft, small_prom
     assert len(doc["prompts"]) == 4 and len(doc["runs"]) == 2 * 2 * 2
     for row in doc["categories"] + doc["prompts"]:
         assert set(row) == set(ROW_FIELDS)
-        assert row["runs"] == 2 and row["generated_tokens"] is not None
+        assert row["runs"] == 2 and row["generated_tokens"] > 0
         assert row["ttft_s"] > 0 and row["decode_tokens_per_s"] > 0 and row["total_time_s"] > 0
         assert row["ttft_s_min"] <= row["ttft_s"] <= row["ttft_s_max"]
     spec = next(r for r in doc["categories"] if r["category"] == "all" and r["mode"] == "draft")
     assert spec["speedup"] > 0 and spec["drafted"] > 0 and 0 <= spec["acceptance_rate"] <= 1
-    assert spec["predicted_speedup"] > 0 and spec["efficiency"] > 0 and spec["identical"] is not None
+    assert spec["predicted_speedup"] > 0 and spec["efficiency"] > 0
+    # greedy: the same text as plain decoding, or parting only at a measured near-tie
+    assert spec["violations"] == 0 and spec["identical"] == (spec["diverged_prompts"] == 0)
     assert len(spec["acceptance_by_position"]) == 2 and spec["draft_time_s"] > 0 and spec["verify_time_s"] > 0
     assert doc["correctness"]["checked"] == 4
     assert set(doc["calibration"]["verify_s"]) == {"1", "2", "3"} and doc["calibration"]["draft_token_s"] > 0
@@ -803,7 +805,7 @@ def test_quick_bench_on_the_default_pair(real_pair_paths, tmp_path):
     for row in doc["categories"]:
         assert row["speedup"] > 0 and row["decode_tokens_per_s"] > 0
         if row["mode"] == "draft":
-            assert row["acceptance_rate"] is not None and row["efficiency"] is not None
+            assert 0 < row["acceptance_rate"] <= 1 and row["efficiency"] > 0
     assert doc["correctness"]["violations"] == 0 and doc["correctness"]["runs_judged"] > 0
 
 

@@ -518,7 +518,9 @@ def test_the_sigint_handler_is_restored_after_every_answer(pair):
     previous = signal.getsignal(signal.SIGINT)
     chat = session(pair)
     display = StopAt(after=-1)
-    assert answer(chat, "hello", display, Interrupts()) is not None
+    result = answer(chat, "hello", display, Interrupts())
+    assert display.answers == [result] and not result.interrupted and result.error is None
+    assert result.stats.generated_tokens > 0
     assert signal.getsignal(signal.SIGINT) is previous
 
 

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
+from . import defaults
 from .engine.stats import Stats
 from .errors import OutputClosed
 
@@ -301,6 +302,6 @@ def summary_parts(stats: Stats) -> list[str]:
 
 def mode_label(stats: Stats, mode: str, label: str) -> str:
     """What drafted: the fixed mode's label, or under auto how many steps each choice got."""
-    if mode != "auto" or not stats.by_drafter:
+    if mode != defaults.AUTO or not stats.by_drafter:
         return label
     return "auto: " + stats.steps_by_drafter()

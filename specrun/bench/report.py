@@ -25,6 +25,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
+from .. import defaults
 from ..engine.auto.cost_model import expected_tokens
 from . import costmodel
 from .prompts import ALL
@@ -273,9 +274,9 @@ class Aggregator:
         measured = {n: statistics.fmean(s.draft_s for s in steps if s.drafter == n) for n in names}
 
         def draft_seconds(s) -> float:
-            if s.drafter == "draft" and self.result.calibration.draft_token_s is not None:
+            if s.drafter == defaults.MODEL and self.result.calibration.draft_token_s is not None:
                 return s.drafted * self.result.calibration.draft_token_s
-            if s.drafter == "mtp" and self.result.calibration.mtp_token_s is not None:
+            if s.drafter == defaults.MTP and self.result.calibration.mtp_token_s is not None:
                 return s.drafted * self.result.calibration.mtp_token_s
             return measured[s.drafter] if s.drafter is not None else 0.0
 

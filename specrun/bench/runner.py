@@ -49,7 +49,7 @@ class Config:
 
     @property
     def plain(self) -> bool:
-        return self.mode == "off"
+        return self.mode == defaults.OFF
 
     @property
     def id(self) -> str:
@@ -382,9 +382,9 @@ def calibration_sizes(configs: Sequence[Config]) -> list[int]:
     """Target batch sizes to time: 1 (plain) through K + 1 (a full verification) for every fixed K
     swept. `auto` may verify anything up to its cap, so it adds small sizes and a sparse ladder up
     to the cap (interpolated between)."""
-    fixed = max((c.draft_max for c in configs if not c.plain and c.mode != "auto"), default=0)
+    fixed = max((c.draft_max for c in configs if not c.plain and not defaults.MODES[c.mode].chooses), default=0)
     sizes = set(range(1, fixed + 2))
-    for cap in {c.draft_max + 1 for c in configs if c.mode == "auto"}:
+    for cap in {c.draft_max + 1 for c in configs if defaults.MODES[c.mode].chooses}:
         sizes.update(range(1, min(cap, 5) + 1))
         size = 4
         while size < cap:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from urllib.parse import urlsplit
 
+from .. import defaults
 from .prompts import BenchPrompt
 
 SHORT_SHARE = 4  # a short answer gets max_tokens // SHORT_SHARE
@@ -228,12 +229,14 @@ def mark_identical(runs: list[dict]) -> list[tuple[dict, dict, dict]]:
     schedule and repetition: `identical` is how many requests got the same tokens (None for plain
     itself). Returns the (run, outcome, plain outcome) that differ, for a closer look."""
     plain = {
-        (r["concurrency"], r["schedule"], r["repetition"], r["temperature"]): r for r in runs if r["mode"] == "off"
+        (r["concurrency"], r["schedule"], r["repetition"], r["temperature"]): r
+        for r in runs
+        if r["mode"] == defaults.OFF
     }
     differing = []
     for run in runs:
         base = plain.get((run["concurrency"], run["schedule"], run["repetition"], run["temperature"]))
-        if run["mode"] == "off" or base is None or run["temperature"] != 0:
+        if run["mode"] == defaults.OFF or base is None or run["temperature"] != 0:
             run["identical"] = None
             continue
         theirs = {o["id"]: o for o in base["outcomes"]}
@@ -303,7 +306,7 @@ def table_rows(runs: list[dict]) -> tuple[list[str], list[list[str]]]:
     plain = {
         (r["concurrency"], r["schedule"], r["repetition"]): r["throughput_tokens_per_s"]
         for r in runs
-        if r["mode"] == "off"
+        if r["mode"] == defaults.OFF
     }
     rows = []
     for r in runs:
@@ -316,7 +319,7 @@ def table_rows(runs: list[dict]) -> tuple[list[str], list[list[str]]]:
             [
                 str(r["concurrency"]),
                 r["schedule"],
-                "plain" if r["mode"] == "off" else r["mode"],
+                "plain" if r["mode"] == defaults.OFF else r["mode"],
                 _fmt(r["throughput_tokens_per_s"], 1),
                 ratio,
                 _fmt(r["completion_mean_s"]),

@@ -18,6 +18,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
+from .. import defaults
 from ..engine.generation import Step
 from ..models.reasoning import CONTENT, REASONING
 from ..terminal import (
@@ -42,12 +43,12 @@ _SAFE.update({0x0D: None, 0x7F: 0x2421, **{c: 0xFFFD for c in range(0x80, 0xA0)}
 
 def label(mode: str, k: int) -> str:
     """The mode and K as set."""
-    return "spec off" if mode == "off" else f"{mode} K={k}"
+    return "spec off" if mode == defaults.OFF else f"{mode} K={k}"
 
 
 def live_label(turn: Turn) -> str:
     """What drafts right now: under auto, the controller's current choice."""
-    if turn.mode == "auto":
+    if turn.mode == defaults.AUTO:
         return turn.generation.label()
     return label(turn.mode, turn.k)
 

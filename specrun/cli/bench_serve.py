@@ -278,7 +278,7 @@ def _points(points: dict | None) -> dict[int, float] | None:
 def _progress(out: Output, run: dict) -> None:
     if out.quiet:
         return
-    label = "plain" if run["mode"] == "off" else run["mode"]
+    label = "plain" if run["mode"] == defaults.OFF else run["mode"]
     out.warn(
         f"bench --serve: parallel {run['concurrency']} · {run['schedule']} · {label}: "
         f"{run['answered']}/{run['requests']} answered, "

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ... import defaults
 from ..llama import Context, Segment
 from .depth import draft_by_depth
 from .protocol import DraftPass, DraftRequest, DraftTuning, Proposals, Sources
@@ -27,7 +28,7 @@ class ModelDrafter:
     With a `bridge`, vocabularies of different sizes are reconciled (see VocabBridge).
     """
 
-    name = "draft"
+    name = defaults.MODEL
     ahead = False
     k_max = None
 

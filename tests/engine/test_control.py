@@ -458,16 +458,7 @@ def test_a_size_that_keeps_its_own_deviation_is_learned_beside_the_level():
     assert curve(1) == pytest.approx(0.030, rel=0.05)
     assert curve(2) == pytest.approx(0.045, rel=0.05)
     assert curve(16) == pytest.approx(0.26, rel=0.15)  # the level stays near the calibration's
-    assert curve.cheapest(3, 5)[0] == 3 and set(curve.points()) == set(CALIBRATED)
-
-
-def test_cost_curve_finds_a_larger_size_that_costs_less():
-    curve = CostCurve()
-    for size, seconds in TILED.items():
-        curve.add(size, seconds)
-    assert curve.cheapest(13, 16) == (16, 0.285)
-    assert curve.cheapest(13, 15)[0] == 13  # 16 tokens are not in hand
-    assert curve.cheapest(2, 32) == (2, 0.064)
+    assert set(curve.points()) == set(CALIBRATED)
 
 
 def test_a_lookup_draft_fills_the_cheapest_batch_it_fits_in():

@@ -146,19 +146,6 @@ class CostCurve:
             return max(0.0, y0 - max(0.0, slope) * (x0 - size))
         return y0 + slope * (size - x0)
 
-    def cheapest(self, size: int, limit: int) -> tuple[int, float]:
-        """(size', seconds) of the cheapest size from `size` to `limit`: larger measured sizes may
-        cost less, where kernels work in tiles, so a caller with more tokens in hand can fill the
-        larger batch."""
-        best = (size, self(size))
-        xs = self._sizes
-        for x in xs[bisect_left(xs, size + 1) :]:
-            if x > limit:
-                break
-            if self.mean[x] < best[1]:
-                best = (x, self.mean[x])
-        return best
-
     def points(self) -> dict[int, float]:
         """The measured sizes and their current averages."""
         return dict(sorted(self.mean.items()))
@@ -252,16 +239,6 @@ class CalibratedCurve:
             self.count[size] = 0
         self.count[size] += 1
         return self.count[size]
-
-    def cheapest(self, size: int, limit: int) -> tuple[int, float]:
-        """(size', seconds) of the cheapest measured size from `size` to `limit` (see CostCurve.cheapest)."""
-        best = (size, self(size))
-        for x in self._sizes[bisect_left(self._sizes, size + 1) :]:
-            if x > limit:
-                break
-            if self(x) < best[1]:
-                best = (x, self(x))
-        return best
 
     def points(self) -> dict[int, float]:
         """The measured sizes at the current level."""

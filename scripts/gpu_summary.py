@@ -1,4 +1,4 @@
-"""Summarise `specrun bench --json` documents as Markdown tables for the README.
+"""Summarise `specrun bench --json` documents as Markdown tables for docs/gpu.md.
 
 Two tables: the calibrated cost curve (milliseconds of one target pass by batch size, and of one
 draft token) and the speed of every configuration over all prompts, with its speedup over plain

@@ -476,7 +476,7 @@ def noise(result: BenchResult, environment: dict, prompt_rows: Sequence[dict]) -
 
 
 def document(result: BenchResult, environment: dict, settings: dict, pieces=None) -> dict:
-    """The whole --json document (schema in the README)."""
+    """The whole --json document (schema in docs/bench.md)."""
     agg = Aggregator(result)
     prompts = result.prompts
     categories = list(dict.fromkeys(p.category for p in prompts))

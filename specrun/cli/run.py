@@ -168,7 +168,7 @@ def result_document(
     reasoning: str | None = None,
 ) -> dict:
     """The --json document: text (a thinking model's answer without its reasoning), the reasoning,
-    statistics, models and settings (schema in the README)."""
+    statistics, models and settings (schema in docs/run.md)."""
     config = loaded.config
     return {
         "text": text,

@@ -94,7 +94,7 @@ class Stats:
         return max(0.0, 1.0 - self.llama_decode_time / span) if span > 0 else None
 
     def to_dict(self) -> dict:
-        """The statistics as documented in the README's JSON schema."""
+        """The statistics as documented in docs/run.md's JSON schema."""
         return {
             "prompt_tokens": self.prompt_tokens,
             "generated_tokens": self.generated_tokens,

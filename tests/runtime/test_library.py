@@ -1,4 +1,4 @@
-"""The library API as the README shows it: load_pair, generate, stream; bad input refused without
+"""The library API as docs/library.md shows it: load_pair, generate, stream; bad input refused without
 touching the pair's state."""
 
 from __future__ import annotations

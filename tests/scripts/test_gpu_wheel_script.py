@@ -1,6 +1,6 @@
 """scripts/gpu-wheel.sh refuses, in one line and before any download, what it cannot build.
 
-The wheel itself takes an hour of nvcc and PyPI's cuBLAS (the README has the figures); these tests
+The wheel itself takes an hour of nvcc and PyPI's cuBLAS (docs/gpu.md has the figures); these tests
 run the script from a copy of the scripts with a PATH of a few real utilities and fakes only.
 """
 

@@ -1,4 +1,4 @@
-"""scripts/replay_auto.py: the offline replay that auto's README figures come from."""
+"""scripts/replay_auto.py: the offline replay that auto's replayed figures (docs/benchmarks.md) come from."""
 
 import importlib.util
 

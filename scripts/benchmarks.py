@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import shutil
 import subprocess
@@ -91,27 +90,6 @@ BENCHES = (
 # -- the machine ------------------------------------------------------------------------------------
 
 
-def cpu_model() -> str | None:
-    """The CPU's name: /proc/cpuinfo on Linux, sysctl on macOS, else what platform knows."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    if sys.platform == "darwin":
-        try:
-            out = subprocess.run(
-                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5, check=False
-            )
-            if out.stdout.strip():
-                return out.stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return platform.processor() or None
-
-
 def gpus() -> list[str]:
     """NVIDIA GPUs by name (an empty list where nvidia-smi is absent or lists none)."""
     if not shutil.which("nvidia-smi"):
@@ -130,12 +108,9 @@ def gpus() -> list[str]:
 
 
 def machine() -> dict:
-    return {
-        "cpu": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "gpus": gpus(),
-    }
+    """What the bench documents do not record themselves: the GPUs by name (each document has the
+    CPU, its cores and the platform)."""
+    return {"gpus": gpus()}
 
 
 # -- running ----------------------------------------------------------------------------------------
@@ -208,7 +183,8 @@ def date_of(doc: dict, record: dict) -> str:
 
 
 def machine_line(doc: dict, meta: dict) -> str:
-    """CPU model and cores, and the GPU where there is one: from meta.json, else the document."""
+    """CPU model and cores, and the GPU where there is one: as the document records them (older
+    meta.json files recorded the CPU too)."""
     env = doc.get("environment") or {}
     recorded = env.get("machine") or {}
     mine = meta.get("machine") or {}

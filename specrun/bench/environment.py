@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import subprocess
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -35,7 +36,8 @@ def package_versions() -> dict[str, str | None]:
 
 
 def cpu_model() -> str | None:
-    """The CPU's marketing name where the OS tells it (platform.processor() is often empty)."""
+    """The CPU's marketing name where the OS tells it (platform.processor() is often empty):
+    /proc/cpuinfo on Linux, sysctl on macOS."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
             for line in handle:
@@ -43,6 +45,15 @@ def cpu_model() -> str | None:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    if sys.platform == "darwin":
+        try:
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5, check=False
+            )
+            if out.stdout.strip():
+                return out.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
     return platform.processor() or None
 
 

@@ -255,8 +255,9 @@ def test_runs_the_commands_and_records_them(bench_script, tmp_path):
     ]
     meta = json.loads((save / "meta.json").read_text())
     assert meta["benches"]["auto"]["command"] == "specrun bench --spec off,auto --runs 3 --json auto.json"
-    assert meta["machine"]["cpu_count"]
+    assert isinstance(meta["machine"]["gpus"], list)
     text = out.read_text()
+    assert "Test CPU 9000, 6 cores" in text  # the machine as the document records it
     assert "- Command: `specrun bench --spec off,auto --runs 3 --json auto.json`" in text
     assert "- Command: `specrun bench --serve --concurrency 1,2,4 --json serve.json`" in text
 

@@ -340,10 +340,13 @@ class Engine:
         if not self._active or not decoding:
             return {}, {}
         k_maxes = {s.seq: s.step_k_max(self.target.n_ctx, len(self.target.tokens[s.seq])) for s in decoding}
-        asked = [
-            DraftRequest(s.seq, s.history, k_maxes[s.seq], s.sampling, s.rng) for s in decoding if k_maxes[s.seq] > 0
-        ]
-        proposals: Proposed = {d.name: d.propose(asked).drafts for d in self._active if d.ahead and asked}
+        proposals: Proposed = {}
+        ahead = [d for d in self._active if d.ahead]
+        if ahead:
+            asked = [
+                DraftRequest(s.seq, s.history, k, s.sampling, s.rng) for s in decoding if (k := k_maxes[s.seq]) > 0
+            ]
+            proposals = {d.name: d.propose(asked).drafts for d in ahead} if asked else {}
         max_rows = self.n_batch - reserve
         if not self.policy.auto:
             return self._fixed(decoding, k_maxes, proposals, max_rows), proposals

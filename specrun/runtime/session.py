@@ -215,13 +215,10 @@ class Session:
             )
         tuning = DraftTuning(k, settings.draft_min, settings.draft_p_min, (settings.ngram_min, settings.ngram_max))
         checked = {} if verifier is None else {"verifier": verifier}
-        if not defaults.MODES[mode].chooses:
-            tracker = self.controller(max(k, 1)) if track_costs else None
-            if not drafters or k <= 0:
-                return Policy(defaults.OFF, controller=tracker), None
-            return Policy(mode, drafters, tuning, tracker, **checked), None
-        if k <= 0:
+        if not drafters or k <= 0:
             return Policy(defaults.OFF, controller=self.controller(1) if track_costs else None), None
+        if not defaults.MODES[mode].chooses:
+            return Policy(mode, drafters, tuning, self.controller(k) if track_costs else None, **checked), None
         if verifier is not None:
             controller, lookup = self.controller(k), PromptLookup(*tuning.ngrams, k_max=k)
         else:

@@ -65,6 +65,7 @@ def stream(
     mode: str | None = None,
     think: bool | None = None,
     chat_template_kwargs: dict | None = None,
+    prediction: str | None = None,
     **options,
 ) -> Iterator[Step]:
     """Yield generation steps for a prompt; each step's `text` can be printed as it comes (a thinking
@@ -73,11 +74,13 @@ def stream(
     mode: "off", "draft", "ngram", "hybrid", "text", "mtp" (the target's own multi-token-prediction
     heads) or "auto" (the default); think: a thinking model's reasoning on or off (the template's
     enable_thinking; None: its default); chat_template_kwargs: other variables for the chat
-    template; options: GenerationSettings fields (max_tokens, seed, draft_max, stop, ...) and
-    sampling ones (temperature, top_k, top_p, min_p).
+    template; prediction: the text the answer is expected to be (the file before an edit), drafted
+    from as a copy is (OpenAI's predicted outputs); options: GenerationSettings fields
+    (max_tokens, seed, draft_max, stop, ...) and sampling ones (temperature, top_k, top_p, min_p).
     """
     tokens, _ = _prompt(pair, prompt, chat, system, think, chat_template_kwargs)
-    return pair.stream(tokens, settings_from(**options), mode=mode)
+    predicted = pair.prediction_tokens(prediction) if prediction else None
+    return pair.stream(tokens, settings_from(**options), mode=mode, prediction=predicted)
 
 
 def generate(
@@ -89,11 +92,13 @@ def generate(
     mode: str | None = None,
     think: bool | None = None,
     chat_template_kwargs: dict | None = None,
+    prediction: str | None = None,
     **options,
 ) -> Result:
     """Generate a whole answer and return it with its statistics (options as for `stream`)."""
     tokens, splitter = _prompt(pair, prompt, chat, system, think, chat_template_kwargs)
-    generation = pair.generation(tokens, settings_from(**options), mode=mode)
+    predicted = pair.prediction_tokens(prediction) if prediction else None
+    generation = pair.generation(tokens, settings_from(**options), mode=mode, prediction=predicted)
     pieces, generated = [], []
     for step in generation.run():
         pieces.append(step.text)

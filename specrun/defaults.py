@@ -16,6 +16,7 @@ LOOKUP = "ngram"  # the drafters' names, as stats and --json report them
 MODEL = "draft"
 TEXT = "text"  # a draft model of another vocabulary, drafting through text
 MTP = "mtp"  # the target's own multi-token-prediction (nextn) heads, or a Gemma 4 assistant
+PREDICTION = "prediction"  # a request's predicted output (OpenAI's `prediction`, `run --predict`)
 DRAFT_MODEL_DRAFTERS = (MODEL, TEXT)  # the drafters that run a draft model, one per session
 DRAFT_MAX = 4  # K in the fixed modes when neither --draft-max nor the pair says; auto starts from it
 RECURRENT_K_MAX = 8  # draft tokens a recurrent or hybrid target can take back: one state snapshot each, per sequence
@@ -25,9 +26,10 @@ AUTO_K_MAX = 31  # auto's default cap on draft tokens per step (a batch of 32); 
 @dataclass(frozen=True)
 class Mode:
     """A --spec mode: the drafters it drafts with, in order of preference (MODEL: the session's draft
-    model, whichever way it drafts), what the session must have for it (a drafter's name; MODEL:
-    any draft model), its default K (None: the pair's recommended K, else DRAFT_MAX), and whether
-    auto's controller chooses drafter and K every step among all the session's drafters."""
+    model, whichever way it drafts; a request's prediction comes first wherever it has one), what
+    the session must have for it (a drafter's name; MODEL: any draft model), its default K (None:
+    the pair's recommended K, else DRAFT_MAX), and whether auto's controller chooses drafter and K
+    every step among all the session's drafters."""
 
     name: str
     drafters: tuple[str, ...] = ()
@@ -41,11 +43,11 @@ MODES = {
     mode.name: mode
     for mode in (
         Mode(OFF),
-        Mode("draft", (MODEL,), needs=MODEL),
-        Mode("ngram", (LOOKUP,)),
-        Mode("hybrid", (LOOKUP, MODEL), needs=MODEL),
-        Mode(TEXT, (TEXT,), needs=TEXT),
-        Mode(MTP, (MTP,), needs=MTP),
+        Mode("draft", (PREDICTION, MODEL), needs=MODEL),
+        Mode("ngram", (PREDICTION, LOOKUP)),
+        Mode("hybrid", (PREDICTION, LOOKUP, MODEL), needs=MODEL),
+        Mode(TEXT, (PREDICTION, TEXT), needs=TEXT),
+        Mode(MTP, (PREDICTION, MTP), needs=MTP),
         Mode(AUTO, k_max=AUTO_K_MAX, chooses=True),
     )
 }  # --spec
@@ -54,6 +56,14 @@ DRAFT_MIN = 0
 DRAFT_P_MIN = 0.0  # stop drafting when the draft's top probability falls below this
 NGRAM_MIN = 1  # prompt lookup matches the history's last NGRAM_MIN..NGRAM_MAX tokens
 NGRAM_MAX = 8
+# prompt lookup's pool of earlier requests' texts (the server's; --lookup-pool)
+LOOKUP_POOL_TOKENS = 262_144  # tokens kept in all pools
+LOOKUP_POOL_KEY_TOKENS = 65_536  # tokens kept per pool; its oldest texts go first
+LOOKUP_POOL_PROMPT_TAIL = 1024  # a finished request gives its answer and its prompt's last tokens
+LOOKUP_POOL_KEY_PREFIX = 32  # without a `user`, a request's pool is named by its prompt's first tokens
+# the prompt cache in host RAM (--cache-ram)
+CACHE_RAM_MAX_MIB = 8192  # by default the smaller of this and a quarter of the machine's memory
+PROMPT_CACHE_MIN_GAIN = 16  # a saved cache is restored when it spares reading at least this many more tokens
 CTX_SIZE = 4096
 BENCH_MAX_TOKENS = 128  # tokens per benchmark run
 BENCH_RUNS = 3  # measured repetitions per prompt and configuration
@@ -90,6 +100,15 @@ def draft_max_for(mode: str, explicit: int | None, recommended: int | None = Non
         return explicit
     known = MODES.get(mode)  # an unknown mode is refused where it is checked, with its hint
     return (known.k_max if known is not None else None) or recommended or DRAFT_MAX
+
+
+def cache_ram_mib() -> int:
+    """--cache-ram's default: the smaller of CACHE_RAM_MAX_MIB and a quarter of physical memory."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return CACHE_RAM_MAX_MIB
+    return max(0, min(CACHE_RAM_MAX_MIB, total // 4 // 2**20))
 
 
 def threads() -> int:

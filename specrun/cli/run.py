@@ -19,7 +19,7 @@ from ..terminal import Output, mode_label, status_line, summary_parts
 from . import fatal
 from . import options as opt
 from .options import flag_groups
-from .prompt_input import read_prompt
+from .prompt_input import read_prediction, read_prompt
 from .settings import answer_settings, check_runtime, open_pair, pick_seed, resolve, spec_mode
 
 
@@ -30,6 +30,16 @@ def run(
     ] = None,
     flags: opt.GenerateFlags = opt.GenerateFlags(),
     max_tokens: opt.MaxTokens = defaults.MAX_TOKENS,
+    predict: Annotated[
+        Path | None,
+        typer.Option(
+            "--predict",
+            metavar="FILE",
+            help="The text the answer is expected to repeat (the file an edit starts from): drafted from, "
+            "never changing the answer.",
+            rich_help_panel=opt.SPECULATION,
+        ),
+    ] = None,
     chat: opt.Chat = True,
     json_output: opt.Json = False,
     quiet: opt.Quiet = False,
@@ -39,6 +49,7 @@ def run(
     out = Output(quiet=quiet, json_mode=json_output, hide_thinking=framing.hide_thinking)
     check_runtime(flags.runtime)
     text = read_prompt(prompt)
+    predicted_text = read_prediction(predict)
     resolved = resolve(flags.models)
     seed = pick_seed(flags.sampling.seed)
     mode = spec_mode(speculation.spec, flags.models.draft)
@@ -55,7 +66,8 @@ def run(
         else:
             tokens = loaded.prompt_tokens(text, chat=False, system=framing.system)
         check_prompt_fits(len(tokens), loaded.n_ctx, max_tokens)
-        generate(loaded, tokens, settings, out, seed, mode, splitter)
+        prediction = loaded.prediction_tokens(predicted_text) if predicted_text else None
+        generate(loaded, tokens, settings, out, seed, mode, splitter, prediction)
     finally:
         loaded.close()
 
@@ -98,10 +110,11 @@ def generate(
     seed: int,
     mode: str,
     splitter: ReasoningSplitter | None = None,
+    prediction: list[int] | None = None,
 ) -> None:
     """Stream one generation through `out`; on Ctrl-C flush what was generated, then re-raise. The
     first Ctrl-C takes effect after the step under way (specrun.chat.interrupts), a second one at once."""
-    generation = loaded.generation(tokens, settings, mode=mode)
+    generation = loaded.generation(tokens, settings, mode=mode, prediction=prediction)
     pieces: list[str] = []
     parts = AnswerParts(out, splitter)
     started = time.perf_counter()

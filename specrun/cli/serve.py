@@ -100,11 +100,32 @@ CorsOrigin = Annotated[
         rich_help_panel=SERVER,
     ),
 ]
+CacheRam = Annotated[
+    int | None,
+    typer.Option(
+        "--cache-ram",
+        min=0,
+        metavar="MIB",
+        help="Host RAM for the caches of finished requests, restored when a prompt comes back (0: off; default: "
+        f"the smaller of {defaults.CACHE_RAM_MAX_MIB} MiB and a quarter of the machine's memory).",
+        rich_help_panel=SERVER,
+    ),
+]
+LookupPool = Annotated[
+    str,
+    typer.Option(
+        "--lookup-pool",
+        help="on: prompt lookup also drafts from earlier requests of the same client or conversation opening; off: "
+        "from each request's own text only.",
+        rich_help_panel=SERVER,
+    ),
+]
 DRAFTER_NAMES = {
     defaults.LOOKUP: "prompt lookup",
     defaults.MODEL: "draft model",
     defaults.TEXT: "draft model, through text",
     defaults.MTP: "MTP head",
+    defaults.PREDICTION: "predicted outputs",
 }
 ORIGIN = re.compile(r"^https?://[^/\s?#]+$")
 
@@ -131,6 +152,8 @@ def serve(
     max_body: MaxBody = defaults.SERVE_MAX_BODY,
     max_connections: MaxConnections = None,
     cors_origin: CorsOrigin = None,
+    cache_ram: CacheRam = None,
+    lookup_pool: LookupPool = "on",
     quiet: opt.Quiet = False,
 ) -> None:
     """Serve the models over OpenAI's API (/v1/chat/completions, /v1/completions), with /health and /metrics."""
@@ -142,6 +165,9 @@ def serve(
     schedule = schedule.strip().lower()
     if schedule not in SCHEDULES:
         raise InputError(f"unknown --schedule {schedule!r}", f"use one of: {', '.join(SCHEDULES)}")
+    pool = lookup_pool.strip().lower()
+    if pool not in ("on", "off"):
+        raise InputError(f"unknown --lookup-pool {lookup_pool!r}", "use on or off")
     origins = tuple(o.rstrip("/") for o in cors_origin or ())
     for origin in origins:
         if not ORIGIN.match(origin):
@@ -179,6 +205,8 @@ def serve(
                 cors_origins=origins,
                 mode=mode,
                 draft_max=k_max,
+                cache_ram=defaults.cache_ram_mib() if cache_ram is None else cache_ram,
+                lookup_pool=pool == "on",
                 base=base,
             )
             service = Service(loaded, options, warn=out.warn)
@@ -186,7 +214,8 @@ def serve(
                 enabled = ", ".join(DRAFTER_NAMES.get(name, name) for name in service.drafting) or "none"
                 out.warn(
                     f"specrun serve: listening on {url_of(sock)} · model {service.model_name} · --spec {mode} "
-                    f"(drafting: {enabled}) · --parallel {parallel} · --schedule {schedule}"
+                    f"(drafting: {enabled}) · --parallel {parallel} · --schedule {schedule} · "
+                    f"--cache-ram {options.cache_ram} MiB"
                 )
                 received = serve_forever(service, sock, defaults.SERVE_DRAIN_S)
                 out.summary(f"specrun serve: stopped after {service.worker.served} answered requests")

@@ -34,8 +34,9 @@ class Step:
 class Generation:
     """A prompt's generation on `engine` under `policy`, run by `run()`; `stats` are complete when it ends.
 
-    `carried`: per drafter, what outlives this generation (auto's prompt lookup keeps what it
-    learned); `on_step` sees every step's update; `on_finish` is called once the generation ends."""
+    `given`: per drafter, what the caller hands it (auto's prompt lookup, which outlives the
+    generation and keeps what it learned; a predicted output); `on_step` sees every step's update;
+    `on_finish` is called once the generation ends."""
 
     def __init__(
         self,
@@ -45,7 +46,7 @@ class Generation:
         policy: Policy = Policy(),
         *,
         rng=None,
-        carried: Mapping[str, object] | None = None,
+        given: Mapping[str, object] | None = None,
         on_step: Callable[[Update], None] | None = None,
         on_finish: Callable[[Generation], None] | None = None,
     ):
@@ -54,7 +55,7 @@ class Generation:
         self.prompt = list(prompt)
         self.settings = settings
         self.rng = rng
-        self.carried = carried
+        self.given = given
         self.on_step = on_step
         self.on_finish = on_finish
         self.state: SequenceState | None = None
@@ -92,7 +93,7 @@ class Generation:
                 yield Step([], "", finished="max_tokens")
                 return
             engine.configure(self.policy)
-            state = self.state = engine.admit(self.prompt, self.settings, carried=self.carried, rng=self.rng)
+            state = self.state = engine.admit(self.prompt, self.settings, given=self.given, rng=self.rng)
             state.stats = stats
             self.generated = state.generated
             while not state.done:

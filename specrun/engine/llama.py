@@ -859,6 +859,44 @@ class Context(FreedOnCollection):
         if at < n_keep:
             self.feed(seq, tokens[at:], "none")
 
+    # -- saving and restoring ------------------------------------------------------------------
+
+    @property
+    def cuts_restored(self) -> bool:
+        """Whether a restored cache may be cut back like any other: positions whose sequences hold
+        every cell they wrote. A recurrent state is only right at the position it was saved at,
+        and a sliding window's cells that left it are held by the pin, not saved with the sequence."""
+        return self.rewind == "positions" and not self.pins
+
+    def save(self, seq: int) -> np.ndarray | None:
+        """The cache of `seq` as llama.cpp serialises it (the tokens it holds are `tokens[seq]`),
+        or None when it holds nothing or llama.cpp cannot write it."""
+        if not self.tokens[seq]:
+            return None
+        lib = _llama()
+        size = lib.llama_state_seq_get_size(self.ptr, seq)
+        if not size:
+            return None
+        data = np.empty(size, dtype=np.uint8)
+        written = lib.llama_state_seq_get_data(self.ptr, data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), size, seq)
+        return data if written == size else None
+
+    def load(self, seq: int, tokens: Sequence[int], data: np.ndarray) -> bool:
+        """Replace the cache of `seq` by a saved one holding `tokens`. False when llama.cpp refuses
+        it (another model's state, too few free cells): the sequence is then left empty."""
+        self.clear(seq)
+        lib = _llama()
+        read = lib.llama_state_seq_set_data(
+            self.ptr, data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), len(data), seq
+        )
+        if read != len(data):
+            self.clear(seq)
+            return False
+        self.tokens[seq] = list(tokens)
+        self._pin_leaving(seq, len(tokens))
+        self.checkpoint(seq)  # a recurrent state to come back to when a draft of the next request is cut
+        return True
+
     def clear(self, seq: int | None = None) -> None:
         """Forget one sequence entirely (its cells return to the pool), or every sequence. Also right
         after a decode torn down halfway, when the cache may hold positions the mirror does not know."""

@@ -54,6 +54,15 @@ def check_prompt_fits(n_prompt: int, n_ctx: int, max_tokens: int | None = None) 
         )
 
 
+def check_prediction_fits(n_prediction: int, n_ctx: int) -> None:
+    """Refuse a predicted output longer than the context: no answer could follow it that far."""
+    if n_prediction > n_ctx:
+        raise ContextOverflowError(
+            f"the prediction is {n_prediction} tokens but the context holds {n_ctx}",
+            "shorten the prediction or raise --ctx-size",
+        )
+
+
 @dataclass
 class Timings:
     """Wall-clock moments of one sequence (time.perf_counter seconds)."""
@@ -95,6 +104,7 @@ class SequenceState:
         self.generated: list[int] = []
         self.cached = cached
         self.pending: list[int] = list(prompt[cached:])
+        self.save_at: list[int] = []  # prompt positions whose cache goes to the prompt cache once read
         self.k_max = k_max
         self.own: dict[str, PositionRates] = {}  # this sequence's acceptance evidence per drafter
         self.stats = Stats(prompt_tokens=len(prompt))
@@ -105,6 +115,12 @@ class SequenceState:
     @property
     def prefilled(self) -> bool:
         return not self.pending
+
+    def read_until_save(self) -> int:
+        """Prompt tokens to read before the next position to save (all that are left when none)."""
+        if not self.save_at:
+            return len(self.pending)
+        return self.save_at[0] - (len(self.prompt) - len(self.pending))
 
     def step_k_max(self, n_ctx: int, cached_now: int) -> int:
         """Most draft tokens this step may verify: within max_tokens, the context and its k_max."""

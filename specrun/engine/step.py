@@ -10,7 +10,9 @@ prompt in one llama_decode, and (6) accepts each sequence's longest agreeing pre
 at the first rejection), trims its cache past it, commits, and lets the drafters and the
 controller learn from the outcome. Sequences ids are shared by the target's and the drafters'
 contexts; the slot pool decides which sequence a new generation takes (the one whose cache shares
-the longest prefix with its prompt) and which idle caches are dropped when cells run short.
+the longest prefix with its prompt) and which idle caches are dropped when cells run short. With a
+prompt cache in RAM, a cache given up is saved there first, and a generation whose prompt a saved
+cache serves further than any sequence's restores it (engine/prompt_cache.py).
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .. import defaults
 from .auto.control import PLAIN, Ask, Choice, Controller, Outcome
 from .auto.plan import Candidate, Option, fixed
 from .drafting.protocol import Draft, Drafter, DraftRequest, DraftTuning
 from .llama import Context, Segment
+from .prompt_cache import TARGET, PromptCache, Saved
 from .sampling import make_rng
 from .sequence import GenerationSettings, SequenceState
 from .slots import SlotPool
@@ -114,8 +119,16 @@ class Engine:
     context shares the target's sequence ids). The slot pool has one slot per sequence of the
     target context."""
 
-    def __init__(self, target: Context, drafters: Sequence[Drafter] = (), *, n_batch: int | None = None):
+    def __init__(
+        self,
+        target: Context,
+        drafters: Sequence[Drafter] = (),
+        *,
+        n_batch: int | None = None,
+        cache: PromptCache | None = None,
+    ):
         self.target = target
+        self.cache = cache
         self.drafters: dict[str, Drafter] = {d.name: d for d in drafters}
         self.n_batch = n_batch or target.n_batch
         self.policy = Policy()
@@ -151,15 +164,21 @@ class Engine:
         settings: GenerationSettings,
         *,
         arrived: float | None = None,
-        carried: Mapping[str, object] | None = None,
+        given: Mapping[str, object] | None = None,
+        boundaries: Sequence[int] = (),
         rng=None,
     ) -> SequenceState:
         """Give a generation a sequence, reusing the longest cached prefix of its prompt (every
-        token but the last, whose logits the first step needs). `carried`: per drafter, what it
-        keeps across the caller's generations (a session's prompt lookup)."""
+        token but the last, whose logits the first step needs), from a sequence or from the prompt
+        cache. `given`: per drafter, what the caller hands it (drafter.begin). `boundaries`:
+        positions in the prompt where a later prompt is likely to part (message boundaries), saved
+        to the prompt cache as they are read where a restored cache cannot be cut."""
         seq, shared = self.slots.claim(prompt)
         try:
             keep = min(shared, len(prompt) - 1)
+            if self.cache is not None:
+                keep = self._restore(seq, prompt, keep)
+                self._save_before_cut(seq, keep)
             self.target.trim(seq, keep)
             k_max = min(settings.draft_max_for(self.policy.mode), self.policy.k_max) if self.policy.k_max else 0
             state = SequenceState(
@@ -172,13 +191,15 @@ class Engine:
                 rng=rng if rng is not None else make_rng(settings.seed),
                 arrived=arrived,
             )
+            if self.cache is not None and not self.target.cuts_restored:
+                state.save_at = sorted({b for b in boundaries if keep < b < len(prompt)} | {len(prompt)})
             self.target.shortlist(seq, state.sampling.shortlist)
         except BaseException:  # a generation that cannot start never holds a sequence
             self.slots.release(seq)
             self._drop(seq)
             raise
-        for drafter in self._active:
-            drafter.begin(seq, (carried or {}).get(drafter.name))
+        for drafter in self.drafters.values():
+            drafter.begin(seq, prompt, (given or {}).get(drafter.name))
         return state
 
     def release(self, state: SequenceState) -> None:
@@ -186,6 +207,8 @@ class Engine:
         from a checkpoint, since a follow-up's prompt may take tokens back)."""
         self.slots.release(state.seq)
         self.target.checkpoint(state.seq)
+        for drafter in self.drafters.values():
+            drafter.finish(state.seq, state.history)
 
     def cancel(self, state: SequenceState) -> Update:
         """Stop a generation now (its client went away, or the server is stopping)."""
@@ -206,6 +229,59 @@ class Engine:
         self.target.clear(seq)
         for drafter in self.drafters.values():
             drafter.forget(seq)
+
+    # -- the prompt cache --------------------------------------------------------------------
+
+    def _save(self, seq: int) -> None:
+        """Keep what `seq` caches in the prompt cache, unless an entry there already serves it."""
+        tokens = self.target.tokens[seq]
+        whole = not self.target.cuts_restored
+        if self.cache is None or not tokens or self.cache.covers(tokens, whole):
+            return
+        data = self.target.save(seq)
+        if data is None:
+            return
+        states = {TARGET: (list(tokens), data)}
+        for drafter in self.drafters.values():
+            if drafter.saved_with_target and drafter.ctx is not None and drafter.ctx.tokens[seq]:
+                saved = drafter.ctx.save(seq)
+                if saved is not None:
+                    states[drafter.name] = (list(drafter.ctx.tokens[seq]), saved)
+        self.cache.add(Saved(np.asarray(tokens, dtype=np.int32), states, whole))
+
+    def _save_before_cut(self, seq: int, keep: int) -> None:
+        """A cache about to lose tokens that some later prompt may want is saved first."""
+        if len(self.target.tokens[seq]) - keep >= defaults.PROMPT_CACHE_MIN_GAIN:
+            self._save(seq)
+
+    def _restore(self, seq: int, prompt: Sequence[int], keep: int) -> int:
+        """Restore into `seq` the saved cache serving the most of `prompt`, when it spares reading
+        PROMPT_CACHE_MIN_GAIN more tokens than `keep` (what `seq` already shares); returns how many
+        tokens `seq` now shares. A state llama.cpp refuses is a miss and is dropped."""
+        cache = self.cache
+        entry, n = cache.find(prompt, len(prompt) - 1)
+        if entry is None or n < keep + defaults.PROMPT_CACHE_MIN_GAIN:
+            cache.misses += 1
+            return keep
+        self._save(seq)
+        self._drop(seq)
+        tokens, data = entry.states[TARGET]
+        self._make_room(self.target, len(tokens))
+        if not self.target.load(seq, tokens, data):
+            cache.discard(entry)
+            cache.failures += 1
+            cache.misses += 1
+            return 0
+        for drafter in self.drafters.values():
+            if drafter.name in entry.states and drafter.ctx is not None:
+                own, saved = entry.states[drafter.name]
+                self._make_room(drafter.ctx, len(own))
+                if not drafter.ctx.load(seq, own, saved):
+                    drafter.forget(seq)
+        cache.touch(entry)
+        cache.hits += 1
+        cache.restored_tokens += n
+        return n
 
     def _contexts(self) -> list[Context]:
         return [self.target] + [d.ctx for d in self.drafters.values() if d.ctx is not None]
@@ -239,7 +315,7 @@ class Engine:
         room = self.n_batch - sum(len(seg.tokens) for seg in segments)
         chunks: list[tuple[SequenceState, int]] = []
         for state in reading:
-            n = min(len(state.pending), room)
+            n = min(len(state.pending), room, state.read_until_save())
             if n <= 0:
                 break
             segments.append(Segment(state.seq, state.pending[:n], "last" if n == len(state.pending) else "none"))
@@ -323,6 +399,9 @@ class Engine:
     def _read(self, state: SequenceState, n: int, logits) -> Update | None:
         """A prompt chunk was read; after the last one, the first token."""
         del state.pending[:n]
+        if state.save_at and state.save_at[0] <= len(state.prompt) - len(state.pending):
+            del state.save_at[0]
+            self._save(state.seq)
         if not state.prefilled:
             return None
         for reader in self.reads_ahead:
@@ -405,10 +484,12 @@ class Engine:
         return drafts, passes
 
     def _make_room(self, ctx: Context, needed: int) -> None:
-        """Drop the caches of idle sequences, least recently used first, until `needed` cells are free."""
+        """Drop the caches of idle sequences, least recently used first, until `needed` cells are
+        free; each is saved to the prompt cache first."""
         for seq in self.slots.evictable():
             if ctx.free() >= needed:
                 return
+            self._save(seq)
             self._drop(seq)
 
     def close(self) -> None:

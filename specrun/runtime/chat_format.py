@@ -96,3 +96,22 @@ class ChatFormat:
         """The conversation rendered with the assistant's turn opened, and tokenized."""
         text = self.render(messages, variables=variables, tools=tools)
         return ChatPrompt(text, self.tokenize(text), self.tags, bool(self.tags and self.tags.opens(text)))
+
+    def boundaries(
+        self, messages: Sequence[Mapping], tokens: Sequence[int], *, variables: Mapping | None = None
+    ) -> list[int]:
+        """Where in `tokens` (the conversation's prompt) a later prompt is likely to part from it:
+        after the first message (a system prompt other conversations share) and before the last (a
+        regenerated or edited last message). A boundary whose rendering does not tokenize to a
+        prefix of `tokens`, or that the template will not render, is left out."""
+        found = []
+        for n in sorted({1, len(messages) - 1}):
+            if not 0 < n < len(messages):
+                continue
+            try:
+                head = self.tokenize(self.render(messages[:n], add_generation_prompt=False, variables=variables))
+            except Exception:  # noqa: BLE001 - a template may refuse a partial conversation: no boundary there
+                continue
+            if 0 < len(head) < len(tokens) and list(tokens[: len(head)]) == head:
+                found.append(len(head))
+        return found

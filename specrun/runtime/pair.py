@@ -20,7 +20,7 @@ from ..engine import rpc as engine_rpc
 from ..engine.drafting.vocab_bridge import VocabBridge
 from ..engine.generation import Generation, Step
 from ..engine.llama import LoadOptions, Model
-from ..engine.sequence import GenerationSettings
+from ..engine.sequence import GenerationSettings, check_prediction_fits
 from ..errors import IncompatibleModelsError
 from ..models.compat import require_draftable
 from ..models.modelfile import UNCHAINED_HEADS, assists, check_gguf_file, mtp_chain, mtp_layers
@@ -218,15 +218,33 @@ class Pair:
         """Token ids for a conversation, ending with the assistant's turn opened."""
         return self.chat_format.prompt(messages, variables=variables).tokens
 
-    def generation(self, tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None) -> Generation:
+    def generation(
+        self,
+        tokens: Sequence[int],
+        settings: GenerationSettings,
+        *,
+        mode: str | None = None,
+        prediction: Sequence[int] | None = None,
+    ) -> Generation:
         """A generation on the pair's own session (see Session.generation)."""
-        return self.session.generation(tokens, settings, mode=mode)
+        return self.session.generation(tokens, settings, mode=mode, prediction=prediction)
 
     def stream(
-        self, prompt_tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None
+        self,
+        prompt_tokens: Sequence[int],
+        settings: GenerationSettings,
+        *,
+        mode: str | None = None,
+        prediction: Sequence[int] | None = None,
     ) -> Iterator[Step]:
         """Generate, yielding steps; the generation's `stats` are complete when the iterator ends."""
-        return self.generation(prompt_tokens, settings, mode=mode).run()
+        return self.generation(prompt_tokens, settings, mode=mode, prediction=prediction).run()
+
+    def prediction_tokens(self, text: str) -> list[int]:
+        """A predicted output's tokens, as the answer would hold them; refused when longer than the context."""
+        tokens = self.target_model.tokenize(text, add_special=False, parse_special=False)
+        check_prediction_fits(len(tokens), self.config.ctx_size)
+        return tokens
 
     def close(self) -> None:
         if self._session is not None:

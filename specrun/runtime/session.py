@@ -19,11 +19,13 @@ from ..engine.auto.costs import DecodeCosts, calibration_sizes
 from ..engine.auto.costs import measure as measure_costs
 from ..engine.auto.drift import DISAGREE
 from ..engine.drafting import build_drafters
+from ..engine.drafting.lookup import LookupStart
 from ..engine.drafting.prompt_lookup import PromptLookup
 from ..engine.drafting.protocol import Drafter, DraftTuning, Sources
 from ..engine.drafting.vocab_bridge import VocabBridge
 from ..engine.generation import Generation, Step
 from ..engine.llama import Context, Model
+from ..engine.prompt_cache import PromptCache
 from ..engine.sequence import GenerationSettings
 from ..engine.step import Engine, Policy, Update
 from ..engine.verify import Verifier
@@ -98,7 +100,13 @@ class Session:
     across generations."""
 
     def __init__(
-        self, models: Models, *, n_seq: int = 1, n_seq_pool: int | None = None, costs: DecodeCosts | None = None
+        self,
+        models: Models,
+        *,
+        n_seq: int = 1,
+        n_seq_pool: int | None = None,
+        costs: DecodeCosts | None = None,
+        cache_ram: int = 0,
     ):
         self.models = models
         common = dict(
@@ -123,7 +131,8 @@ class Session:
             assistant=assistant is not None,
             chained_heads=models.target.mtp_heads if models.mtp_chain == "chained" else 0,
         )
-        self.engine = Engine(self.target_ctx, build_drafters(sources), n_batch=models.n_batch)
+        cache = PromptCache(cache_ram) if cache_ram > 0 else None
+        self.engine = Engine(self.target_ctx, build_drafters(sources), n_batch=models.n_batch, cache=cache)
         self.costs: DecodeCosts | None = costs  # the models' decode costs, once read or measured
         self.parallel = n_seq_pool or n_seq
         self._auto: tuple | None = None  # (key, controller, lookup), kept across generations
@@ -234,26 +243,42 @@ class Session:
         fresh: bool = False,
         on_step: Callable[[Update], None] | None = None,
         verifier: Verifier | None = None,
+        prediction: Sequence[int] | None = None,
     ) -> Generation:
         """A generation of `tokens` in `mode` (None: the default mode): "off" (plain decoding),
         "draft" (the draft model), "ngram" (prompt lookup), "hybrid" (lookup when it has a confident
         match, else the draft model) or "auto" (chosen per step from measured costs and acceptance).
         `fresh`: auto starts from nothing this session learned and keeps nothing, as a new process.
-        `verifier`: accept drafts by another rule than `verify` (see `policy`); nothing is kept."""
+        `verifier`: accept drafts by another rule than `verify` (see `policy`); nothing is kept.
+        `prediction`: the tokens the answer is expected to be (the file before an edit), drafted
+        from as a copy is (drafting/prediction.py)."""
         policy, lookup = self.policy(mode or defaults.SPEC_MODE, settings, fresh=fresh, verifier=verifier)
         keeps = policy.auto and verifier is None
         on_finish = (lambda _: self._finished(policy, lookup, settings, fresh)) if keeps else None
-        carried = {defaults.LOOKUP: lookup} if lookup is not None else None
-        return Generation(self.engine, tokens, settings, policy, carried=carried, on_step=on_step, on_finish=on_finish)
+        given: dict[str, object] = {}
+        if lookup is not None:
+            given[defaults.LOOKUP] = LookupStart(carried=lookup)
+        if prediction:
+            given[defaults.PREDICTION] = list(prediction)
+        return Generation(self.engine, tokens, settings, policy, given=given, on_step=on_step, on_finish=on_finish)
 
-    def stream(self, tokens: Sequence[int], settings: GenerationSettings, *, mode: str | None = None) -> Iterator[Step]:
-        return self.generation(tokens, settings, mode=mode).run()
+    def stream(
+        self,
+        tokens: Sequence[int],
+        settings: GenerationSettings,
+        *,
+        mode: str | None = None,
+        prediction: Sequence[int] | None = None,
+    ) -> Iterator[Step]:
+        return self.generation(tokens, settings, mode=mode, prediction=prediction).run()
 
     def reset(self) -> None:
         """Empty every cache: the next generation prefills its whole prompt."""
         for ctx in (self.target_ctx, self.draft_ctx, self.head_ctx):
             if ctx is not None:
                 ctx.clear()
+        if self.engine.cache is not None:
+            self.engine.cache.clear()
 
     # -- auto's state ------------------------------------------------------------------------
 

@@ -244,5 +244,6 @@ class Metrics:
                 [f"specrun_completion_seconds_p95 {_number(p95)}"],
             )
         for name, (help_text, value) in sorted(gauges.items()):
-            out.extend([f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {_number(value)}"])
+            kind = "counter" if name.endswith("_total") else "gauge"
+            out.extend([f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", f"{name} {_number(value)}"])
         return "\n".join(out) + "\n"

@@ -7,6 +7,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
+from .. import defaults
 from ..engine.sequence import GenerationSettings, SequenceState
 from ..models.reasoning import ReasoningTags
 
@@ -27,14 +28,17 @@ class Job:
     id: int = field(default_factory=lambda: next(_ids))
     reasoning: ReasoningTags | None = None  # a chat answer's think tags (models.reasoning), from the template
     inside_reasoning: bool = False  # the prompt opened the reasoning
+    given: dict[str, object] = field(default_factory=dict)  # per drafter, what the request hands it (Engine.admit)
+    boundaries: tuple[int, ...] = ()  # where a later prompt may part from this one (Engine.admit)
 
 
 def finish_reason(state: SequenceState) -> str:
     return FINISH_REASONS.get(state.finished or "", "stop")
 
 
-def report(state: SequenceState) -> dict:
-    """usage and llama-server's `timings` for the response."""
+def report(state: SequenceState, *, predicted: bool = False) -> dict:
+    """usage (with OpenAI's counts of predicted tokens, when the request brought a prediction) and
+    llama-server's `timings` for the response."""
     t = state.timings
     prompt_n = len(state.prompt) - state.cached
     end = t.finished or time.perf_counter()
@@ -42,12 +46,21 @@ def report(state: SequenceState) -> dict:
     predicted_s = end - (t.first_token or end)
     predicted_n = len(state.generated)
     steady = predicted_n - 1  # tokens after the first, over the time after the first: the decode speed
+    usage = {
+        "prompt_tokens": len(state.prompt),
+        "completion_tokens": predicted_n,
+        "total_tokens": len(state.prompt) + predicted_n,
+        "prompt_tokens_details": {"cached_tokens": state.cached},
+    }
+    if predicted:  # drafted from the prediction and kept, and drafted from it and verified in vain
+        counts = state.stats.by_drafter.get(defaults.PREDICTION, {})
+        accepted = counts.get("accepted", 0)
+        usage["completion_tokens_details"] = {
+            "accepted_prediction_tokens": accepted,
+            "rejected_prediction_tokens": counts.get("drafted", 0) - accepted,
+        }
     return {
-        "usage": {
-            "prompt_tokens": len(state.prompt),
-            "completion_tokens": predicted_n,
-            "total_tokens": len(state.prompt) + predicted_n,
-        },
+        "usage": usage,
         "timings": {
             "cache_n": state.cached,
             "prompt_n": prompt_n,

@@ -1,15 +1,15 @@
 """Request bodies of the OpenAI-compatible endpoints, validated strictly, and the response shapes.
 
 Strict types, as OpenAI's API has them: a temperature sent as the string "0.5" or a max_tokens of
-`true` is a 400, not silently converted. A field this server cannot honour is refused by name
-unless its value is the neutral one (an empty `logit_bias`, zero penalties, `response_format`
-text, no tools...), because a client that asked for it would otherwise get an answer that is not
-what it asked for; a field the server does not know at all is refused too, as OpenAI's API
-refuses unknown parameters. Fields that cannot change the answer (`user`, `metadata`, `store`,
-`service_tier`, `prediction`...) are accepted. Every number is bounded and every string must be
-text UTF-8 can encode (a lone surrogate is a 400 naming its field, not a failure deep in the
-tokenizer). `top_k`, `min_p`, `return_tokens`, `cache_prompt` and `chat_template_kwargs` are
-accepted as llama.cpp's server accepts them.
+`true` is a 400, not silently converted. A field this server cannot honour is refused by name unless
+its value is the neutral one (an empty `logit_bias`, zero penalties, `response_format` text, no
+tools...), because a client that asked for it would otherwise get an answer that is not what it
+asked for; a field the server does not know at all is refused too, as OpenAI's API refuses unknown
+parameters. Fields that cannot change the answer (`user`, `metadata`, `store`, `service_tier`...)
+are accepted; a `prediction` is drafted from, which never changes the answer. Every number is
+bounded and every string must be text UTF-8 can encode (a lone surrogate is a 400 naming its field,
+not a failure deep in the tokenizer). `top_k`, `min_p`, `return_tokens`, `cache_prompt` and
+`chat_template_kwargs` are accepted as llama.cpp's server accepts them.
 
 The JSON schema of each refused-unless-neutral field lists the values accepted, so the OpenAPI
 document (/openapi.json) says exactly what the server takes.
@@ -148,6 +148,16 @@ class Message(Strict):
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
 
 
+class Prediction(Strict):
+    """OpenAI's predicted output: text the answer is expected to repeat (the file before an edit)."""
+
+    type: Literal["content"]
+    content: Text | list[TextPart]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
 class StreamOptions(Strict):
     include_usage: bool = False
     include_obfuscation: bool | None = None  # OpenAI's padding of streamed chunks; nothing to pad here
@@ -169,6 +179,8 @@ class Sampling(Strict):
     stream_options: StreamOptions | None = None
     return_tokens: bool = False  # as llama.cpp's server: the answer's token ids with its text
     cache_prompt: bool | None = None  # llama.cpp's server; caches are always reused here, which changes no answer
+    prediction: Prediction | None = None  # drafted from; it never changes the answer
+    lookup_pool: bool | None = None  # false: prompt lookup drafts from this request's own text only
 
     # Refused unless neutral: they change the answer, and this server does not implement them.
     logit_bias: LogitBias = None
@@ -208,9 +220,8 @@ class ChatRequest(Sampling):
     verbosity: MediumVerbosity = None
     web_search_options: NoObject = None
 
-    # Accepted: without tools they ask for nothing; a prediction only speeds an answer up, never changes it.
+    # Accepted: without tools it asks for nothing.
     parallel_tool_calls: bool | None = None
-    prediction: JsonObject | None = None
 
     def answer_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -7,15 +7,17 @@ request means lives here, so the same service runs under uvicorn, in a test, or 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import defaults
 from ..engine import compute_thread
 from ..engine.auto.costs import DecodeCosts
+from ..engine.drafting.lookup import LookupStart
 from ..engine.sampling import SamplingParams
-from ..engine.sequence import GenerationSettings, check_prompt_fits
+from ..engine.sequence import GenerationSettings, check_prediction_fits, check_prompt_fits
 from ..errors import ContextOverflowError, SpecrunError
 from ..models.chat_template import RESERVED
 from ..runtime.pair import Pair
@@ -51,6 +53,8 @@ class ServeOptions:
     ] = ()  # origins whose pages may call the server (none: browsers' same-origin rule holds)
     mode: str = defaults.SPEC_MODE
     draft_max: int = defaults.AUTO_K_MAX  # the most draft tokens a step may verify per request
+    cache_ram: int = field(default_factory=defaults.cache_ram_mib)  # MiB of host RAM for saved caches (0: none)
+    lookup_pool: bool = True  # prompt lookup may draft from earlier requests' texts
     base: GenerationSettings = GenerationSettings()  # filters, drafters' tuning; temperature when a request gives none
 
     def connections(self) -> int:
@@ -81,7 +85,14 @@ class Service:
         # at most 4 bytes, becomes one token), so a prompt of more bytes than this cannot fit.
         self.max_prompt_bytes = self.ctx_size * max(pair.target_model.longest_piece(), 4)
         # The cache of every finished request is kept for a follow-up: as many sequences again as decode together.
-        self.session = Session(pair.models(), n_seq=2 * options.parallel, n_seq_pool=options.parallel, costs=costs)
+        # Caches given up beyond those are saved to host RAM, up to --cache-ram.
+        self.session = Session(
+            pair.models(),
+            n_seq=2 * options.parallel,
+            n_seq_pool=options.parallel,
+            costs=costs,
+            cache_ram=options.cache_ram * 2**20,
+        )
         if costs is None:
             if warn is not None:
                 warn("specrun serve: measuring batch costs")
@@ -124,6 +135,33 @@ class Service:
                 "1 when the draft model may draft (its measured cost can pay), else 0.",
                 float(self.draft_model_enabled),
             ),
+            **self._cache_gauges(),
+        }
+
+    def _cache_gauges(self) -> dict[str, tuple[str, float]]:
+        cache = self.engine.cache
+        if cache is None:
+            return {}
+        return {
+            "specrun_prompt_cache_bytes": ("Bytes of saved caches held in host RAM.", cache.bytes),
+            "specrun_prompt_cache_budget_bytes": ("Bytes saved caches may hold (--cache-ram).", cache.budget),
+            "specrun_prompt_cache_entries": ("Saved caches held in host RAM.", len(cache.entries)),
+            "specrun_prompt_cache_hits_total": (
+                "Requests that restored a saved cache from host RAM.",
+                cache.hits,
+            ),
+            "specrun_prompt_cache_misses_total": (
+                "Requests no saved cache served better than the sequences' own.",
+                cache.misses,
+            ),
+            "specrun_prompt_cache_restore_failures_total": (
+                "Saved caches llama.cpp refused to restore (counted as misses and dropped).",
+                cache.failures,
+            ),
+            "specrun_prompt_cache_restored_tokens_total": (
+                "Prompt tokens restored from host RAM instead of read.",
+                cache.restored_tokens,
+            ),
         }
 
     # -- requests → jobs ---------------------------------------------------------------------
@@ -143,7 +181,15 @@ class Service:
         except SpecrunError as error:
             raise RequestError(f"{error.message}; use /v1/completions with a formatted prompt", "messages") from None
         job = self._job("chat", prompt.tokens, body, "messages", body.answer_limit())
-        return replace(job, reasoning=prompt.tags, inside_reasoning=prompt.inside_reasoning)
+        boundaries = self._boundaries(messages, prompt.tokens, variables)
+        return replace(job, reasoning=prompt.tags, inside_reasoning=prompt.inside_reasoning, boundaries=boundaries)
+
+    def _boundaries(self, messages: list[dict], tokens: list[int], variables: dict) -> tuple[int, ...]:
+        """Message boundaries worth a saved cache: only where a restored cache cannot be cut back
+        (elsewhere any prefix of a saved cache serves)."""
+        if self.engine.cache is None or self.engine.target.cuts_restored:
+            return ()
+        return tuple(self.pair.chat_format.boundaries(messages, tokens, variables=variables))
 
     def completion_job(self, body: CompletionRequest) -> Job:
         self._check_limits(body)
@@ -212,7 +258,35 @@ class Service:
             stop=body.stops(),
             ignore_eos=False,
         )
-        return Job(kind, tokens, settings, max_tokens_given=max_tokens)
+        return Job(kind, tokens, settings, max_tokens_given=max_tokens, given=self._given(tokens, body))
+
+    def _given(self, tokens: list[int], body: Sampling) -> dict[str, object]:
+        """What the request hands the drafters: its prediction's tokens, and prompt lookup's pool
+        (named by the client, else by the prompt's opening tokens), unless either side opts out."""
+        given: dict[str, object] = {}
+        if body.prediction is not None:
+            text = body.prediction.text()
+            self._check_bytes(len(text.encode("utf-8")), "prediction")
+            predicted = self.pair.target_model.tokenize(text, add_special=False, parse_special=False)
+            try:
+                check_prediction_fits(len(predicted), self.ctx_size)
+            except ContextOverflowError as error:
+                raise RequestError(
+                    f"{error.message} (shorten it, or start the server with a larger --ctx-size)",
+                    "prediction",
+                    "context_length_exceeded",
+                ) from None
+            if predicted:
+                given[defaults.PREDICTION] = predicted
+        if self.options.lookup_pool and body.lookup_pool is not False:
+            client = body.prompt_cache_key or body.user or body.safety_identifier
+            if client:
+                key = "client:" + client
+            else:
+                opening = ",".join(map(str, tokens[: defaults.LOOKUP_POOL_KEY_PREFIX]))
+                key = "prompt:" + hashlib.sha256(opening.encode()).hexdigest()[:16]
+            given[defaults.LOOKUP] = LookupStart(pool_key=key)
+        return given
 
     # -- running -----------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import defaults
 from ..engine import compute_thread
 from ..engine.auto.control import Controller
 from ..engine.sequence import SequenceState
@@ -318,7 +319,10 @@ class Worker:
                     continue
                 self._active[handle.job.id] = handle
             try:
-                handle.sequence = self.engine.admit(handle.job.prompt, handle.job.settings, arrived=handle.arrived)
+                job = handle.job
+                handle.sequence = self.engine.admit(
+                    job.prompt, job.settings, arrived=handle.arrived, given=job.given, boundaries=job.boundaries
+                )
             except Exception as error:  # noqa: BLE001 - one request that cannot start fails alone (admit gave its sequence back)
                 self._fail(handle, "server_error", _describe(error), outcome="failed")
                 continue
@@ -386,7 +390,10 @@ class Worker:
             speed=gen.stats.decode_rate_at(end - (t.admitted or t.arrived)) or None,
             completion=end - t.arrived,
         )
-        self._send(handle, Event(update.text, update.tokens, True, finish_reason(gen), report(gen)))
+        predicted = bool(handle.job.given.get(defaults.PREDICTION))
+        self._send(
+            handle, Event(update.text, update.tokens, True, finish_reason(gen), report(gen, predicted=predicted))
+        )
 
     def _fail(self, handle: Handle, error: str, message: str, outcome: str = "rejected") -> None:
         with self.changed:

@@ -27,6 +27,7 @@ class AssistantDrafter:
 
     name = defaults.MTP
     ahead = False
+    saved_with_target = False
     k_max = None
 
     def __init__(self, ctx: Context, target: Context, *, tuning: DraftTuning = DraftTuning()):
@@ -37,8 +38,11 @@ class AssistantDrafter:
     def configure(self, tuning: DraftTuning) -> None:
         self.tuning = tuning
 
-    def begin(self, seq: int, carried: object | None) -> None:
+    def begin(self, seq: int, prompt: Sequence[int], given: object | None) -> None:
         """It keeps nothing between steps but the target's latest rows; nothing to do here."""
+
+    def finish(self, seq: int, history: Sequence[int]) -> None:
+        """Nothing outlives a generation here."""
 
     def lag(self, seq: int, history: Sequence[int]) -> int:
         return 0

@@ -30,6 +30,7 @@ class ModelDrafter:
 
     name = defaults.MODEL
     ahead = False
+    saved_with_target = True
     k_max = None
 
     def __init__(self, ctx: Context, *, tuning: DraftTuning = DraftTuning(), bridge: VocabBridge | None = None):
@@ -40,8 +41,11 @@ class ModelDrafter:
     def configure(self, tuning: DraftTuning) -> None:
         self.tuning = tuning
 
-    def begin(self, seq: int, carried: object | None) -> None:
+    def begin(self, seq: int, prompt: Sequence[int], given: object | None) -> None:
         """The cache is brought in line with the history at the next proposal; nothing to do here."""
+
+    def finish(self, seq: int, history: Sequence[int]) -> None:
+        """Nothing outlives a generation here."""
 
     def _feedable(self, tokens: Sequence[int]) -> list[int]:
         return list(tokens) if self.bridge is None else self.bridge.feedable(tokens)

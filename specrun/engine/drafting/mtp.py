@@ -41,6 +41,7 @@ class MtpDrafter:
 
     name = defaults.MTP
     ahead = False
+    saved_with_target = True
 
     def __init__(self, head: Context, target: Context, *, tuning: DraftTuning = DraftTuning(), chained: int = 0):
         self.ctx = head
@@ -51,8 +52,11 @@ class MtpDrafter:
     def configure(self, tuning: DraftTuning) -> None:
         self.tuning = tuning
 
-    def begin(self, seq: int, carried: object | None) -> None:
+    def begin(self, seq: int, prompt: Sequence[int], given: object | None) -> None:
         """The head's cache is brought in line with the history at the next proposal; nothing to do here."""
+
+    def finish(self, seq: int, history: Sequence[int]) -> None:
+        """Nothing outlives a generation here."""
 
     def _catch_up(self, seq: int, history: Sequence[int], upto: int, last: bool) -> HeadSegment | None:
         """The pairs the head lacks of history[:upto], after cutting its cache to what it shares."""

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from ..llama import common_prefix
 from .copy_cursor import CopyCursor
+from .lookup_pool import PoolIndex
 from .ngram_index import NgramIndex
 from .protocol import Draft
 
@@ -57,6 +58,7 @@ class PromptLookup:
         follow_copies: bool = True,
     ):
         self.index = NgramIndex(ngram_min, ngram_max)
+        self.pool: PoolIndex | None = None  # earlier requests' texts, consulted after the history's own
         self.cursor = CopyCursor(self.index) if follow_copies else None
         self.k_max = k_max
         self.decay = decay
@@ -148,7 +150,15 @@ class PromptLookup:
         return (out, evidence) if out else None
 
     def _match(self, k: int) -> tuple[list[int], tuple[str, int]] | None:
+        """The longest match of the history's end: in the history itself, or, only when longer, in
+        the pool of earlier requests' texts."""
         match = self.index.longest_match()
+        pooled = self.pool.match(self.index.tokens) if self.pool is not None else None
+        if pooled is not None and (match is None or pooled[0] > match[0]):
+            n, end = pooled
+            out = self.pool.continuation(end, min(k, self.draft_length(n)))
+            if out:
+                return out, ("pool", n)
         if match is None:
             return None
         n, end = match
@@ -279,11 +289,8 @@ def _run_bucket(run: int) -> int:
 
 
 EDIT_SHARE_RUN = 4
-EDIT_SHARE = 0.5
-MATCH_KINDS = (
-    "match",
-    "match+",
-)  # an answer edits its source when at least this share of its recent tokens were copied
+EDIT_SHARE = 0.5  # an answer edits its source when at least this share of its recent tokens were copied
+MATCH_KINDS = ("match", "match+", "pool")  # evidence judged by its match length alone
 EDIT_FIRST_PRIOR = 0.7  # a copy resumed right after an edit, before any outcome
 EDIT_RUN = 4  # its later tokens are trusted as a copy that has run this much further
 REST_PRIOR_MAX = 0.93  # no later token is trusted more than this before outcomes say so: copies break
@@ -301,6 +308,6 @@ def _prior(kind: str, n: int, first: bool) -> float:
         if first:
             return EDIT_FIRST_PRIOR
         n += EDIT_RUN
-    if first or kind == "match":
+    if first or kind in ("match", "pool"):
         return n / (n + 2)
     return min(n / (n + 1), REST_PRIOR_MAX)

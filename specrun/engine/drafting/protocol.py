@@ -111,19 +111,26 @@ class Drafter(Protocol):
     so they are made for every sequence before the step is planned and judged as they stand; other
     drafters are asked only for the sequences the plan gives them, and judged by their estimates.
     `ctx`: the context holding its own cache (sequence ids shared with the target's), or None.
+    `saved_with_target`: that cache holds only what it read of its sequence's history, so the
+    prompt cache saves and restores it beside the target's (engine/prompt_cache.py).
     `k_max`: the most tokens it drafts in a step (None: any)."""
 
     name: str
     ahead: bool
     ctx: Context | None
+    saved_with_target: bool
     k_max: int | None
 
     def configure(self, tuning: DraftTuning) -> None:
         """Draft as `tuning` says from now on."""
 
-    def begin(self, seq: int, carried: object | None) -> None:
-        """A generation starts on `seq`; `carried` is what this drafter keeps across a caller's
-        generations (a session's prompt lookup), or None to start afresh."""
+    def begin(self, seq: int, prompt: Sequence[int], given: object | None) -> None:
+        """A generation of `prompt` starts on `seq`; `given` is what its caller hands this drafter
+        (a session's prompt lookup that outlives its generations, a request's predicted output),
+        or None."""
+
+    def finish(self, seq: int, history: Sequence[int]) -> None:
+        """The generation on `seq` is over; `history` is its prompt and answer."""
 
     def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
         """Up to `k` tokens for each request (fewer, or none, when it has nothing worth verifying)."""

@@ -66,6 +66,7 @@ class TextDrafter:
 
     name = defaults.TEXT
     ahead = False
+    saved_with_target = False
     k_max = None
 
     def __init__(self, ctx: Context, target: Model, *, tuning: DraftTuning = DraftTuning()):
@@ -78,8 +79,11 @@ class TextDrafter:
     def configure(self, tuning: DraftTuning) -> None:
         self.inner.configure(tuning)
 
-    def begin(self, seq: int, carried: object | None) -> None:
+    def begin(self, seq: int, prompt: Sequence[int], given: object | None) -> None:
         """The rendering follows the history at the next proposal; nothing to do here."""
+
+    def finish(self, seq: int, history: Sequence[int]) -> None:
+        """Nothing outlives a generation here."""
 
     # -- the target's history as the draft's tokens -------------------------------------------
 

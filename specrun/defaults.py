@@ -20,7 +20,7 @@ PREDICTION = "prediction"  # a request's predicted output (OpenAI's `prediction`
 DRAFT_MODEL_DRAFTERS = (MODEL, TEXT)  # the drafters that run a draft model, one per session
 DRAFT_MAX = 4  # K in the fixed modes when neither --draft-max nor the pair says; auto starts from it
 RECURRENT_K_MAX = 8  # draft tokens a recurrent or hybrid target can take back: one state snapshot each, per sequence
-AUTO_K_MAX = 31  # auto's default cap on draft tokens per step (a batch of 32); --draft-max lowers it
+AUTO_K_MAX = 63  # auto's default cap on draft tokens per step (a batch of 64: a copy drafts far); --draft-max lowers it
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ HYBRID_MIN_CONFIDENCE = 0.6  # hybrid: prompt lookup drafts when its first token
 PROBE_EVERY = 16  # steps between probes of a drafter nobody uses; a failed probe doubles it
 PROBE_EVERY_MAX = 512
 HOPE_MARGIN = 1.2  # full acceptance never happens: a drafter must promise this much over plain to be tried
-CALIBRATION_SIZES = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32)  # target batches timed: small drafts, tile edges
+CALIBRATION_SIZES = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32, 48, 64)  # target batches timed: drafts, tile edges
 CALIBRATION_REPS = 3  # the fastest of three: a first pass builds its graph, a busy machine stalls any pass
 CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog. " * 8
 CALIBRATION_TOKENS = 48  # context the calibration's passes run on

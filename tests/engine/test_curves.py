@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from specrun import defaults
 from specrun.engine.auto.costs import calibration_sizes
 from specrun.engine.auto.estimates import CalibratedCurve
 
@@ -51,4 +52,4 @@ def test_calibration_times_small_drafts_tile_edges_and_multiples_of_the_batch():
     sizes, drafts = calibration_sizes(parallel=4, limit=1000)
     assert {1, 2, 4, 5, 8, 15, 16, 17, 31, 32, 64} <= set(sizes) and max(sizes) == 64 and {1, 4, 8} <= set(drafts)
     assert max(calibration_sizes(parallel=4, limit=20)[0]) <= 20
-    assert max(calibration_sizes(parallel=1)[0]) == 32  # one sequence: auto's sizes only
+    assert max(calibration_sizes(parallel=1)[0]) == defaults.AUTO_K_MAX + 1  # one sequence: up to auto's cap

@@ -13,7 +13,7 @@ from functools import cached_property
 
 from specrun.engine.auto.control import PLAIN, Ask, Choice, Controller, Outcome
 from specrun.engine.auto.estimates import CostCurve
-from specrun.engine.auto.plan import Candidate, Option, allocate
+from specrun.engine.auto.plan import Candidate, Option
 
 DRAFTERS = ("ngram", "draft", "hybrid")  # the fixed modes
 AUTO_DRAFTERS = ("ngram", "draft")
@@ -60,12 +60,12 @@ class OneSequence(Controller):
         if not confidence or not self.verify or not self.verify.measured(1):
             return drafted
         candidates = [Candidate(0, [Option(self.lookup, list(confidence[:drafted]))], drafted)]
-        return allocate(candidates, self.costs(), max_rows=drafted + 1, value=self.time_value()).k(0)
+        return self.allocation(candidates, max_rows=drafted + 1).k(0)
 
     def best(self) -> Choice:
         """What the estimates alone choose for one sequence: no proposal in hand, no exploration."""
         candidates = [Candidate(0, self._options(Ask(0, self.k_max)), self.k_max)]
-        alloc = allocate(candidates, self.costs(), max_rows=self.k_max + 1, value=self.time_value())
+        alloc = self.allocation(candidates, max_rows=self.k_max + 1)
         drafter, k = alloc.drafter(0), alloc.k(0)
         return Choice(drafter, k) if drafter and k else PLAIN
 

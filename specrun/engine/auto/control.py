@@ -22,6 +22,7 @@ from .plan import Allocation, Candidate, Grant, Option, allocate
 
 HOPE_MARGIN = defaults.HOPE_MARGIN
 EXPLORE_ODDS = 0.5  # the chance an untried drafter turns out as good as it could be, when weighing a try
+VALUE_ROUNDS = 3  # plans made to find the value of time a step can reach (see _allocate)
 LEARNED_WEIGHT = 8.0  # trials an earlier run's acceptance counts for: a prior, not a verdict
 OWN_EVIDENCE = 4.0  # trials at which a sequence's own acceptance counts as much as the pooled estimate
 
@@ -325,18 +326,37 @@ class Controller:
     # -- the per-step protocol ---------------------------------------------------------------
 
     def time_value(self) -> float:
-        """Tokens a second is worth at least: the rate achieved lately, and plain decoding's. A draft
-        is worth verifying when its expected tokens exceed its seconds times this (or times the
-        rate of the plan being built, when that is higher)."""
-        return max(self.achieved_rate() or 0.0, self.plain_rate() or 0.0)
+        """Tokens a second is worth at least before a step is planned: plain decoding's rate."""
+        return self.plain_rate() or 0.0
 
     def _allocate(
         self, asks: Sequence[Ask], max_rows: int, base_rows: int = 0, grants: Sequence[Grant] = ()
     ) -> Allocation:
+        """The allocation of the highest expected rate. A draft is taken when its expected tokens
+        exceed its seconds at the value of time; at the best rate the step can reach, that picks
+        the allocation reaching it (the fractional-programming fixed point), so the value starts at
+        plain decoding's rate and is raised to each plan's rate until that stops growing. Not the
+        rate achieved lately: a copy whose drafts were all accepted ran above what its next
+        proposal is expected to do, and that rate as the hurdle made the step decode plain,
+        slower still."""
         candidates = [Candidate(ask.seq, self._options(ask), ask.k_max) for ask in asks]
-        return allocate(
-            candidates, self.costs(), max_rows=max_rows, base_rows=base_rows, value=self.time_value(), grants=grants
-        )
+        return self.allocation(candidates, max_rows=max_rows, base_rows=base_rows, grants=grants)
+
+    def allocation(
+        self, candidates: Sequence[Candidate], *, max_rows: int, base_rows: int = 0, grants: Sequence[Grant] = ()
+    ) -> Allocation:
+        """plan.allocate at the value of time the step can reach (see _allocate)."""
+        costs, value = self.costs(), self.time_value()
+        best = None
+        for _ in range(VALUE_ROUNDS):
+            alloc = allocate(candidates, costs, max_rows=max_rows, base_rows=base_rows, value=value, grants=grants)
+            if best is not None and alloc.rate <= best.rate * (1 + 1e-6):
+                break
+            best = alloc
+            if not alloc.drafts or alloc.rate <= value * (1 + 1e-6):
+                break
+            value = alloc.rate
+        return best
 
     def plan(self, asks: Sequence[Ask], *, max_rows: int, base_rows: int = 0) -> Decision:
         """The choices of one step: warm-ups and probes where due, and plan.allocate for the rest."""

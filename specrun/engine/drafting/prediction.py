@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from ... import defaults
 from .prompt_lookup import PromptLookup
-from .protocol import DraftRequest, DraftTuning, Proposals, Sources
+from .protocol import Draft, DraftRequest, DraftTuning, Proposals, Sources
 
 SEPARATOR = -1  # before and after the prediction: never a token, so no draft runs past its end
 START_RUN = 8  # a prediction is trusted at first as a copy that has run this many tokens
@@ -68,11 +68,12 @@ class PredictionDrafter:
             self.states[seq] = Prediction(list(given), len(prompt), self.tuning)
 
     def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
+        """A proposal for every request, empty without a prediction: the planner then knows there
+        is nothing in hand, rather than a drafter to try."""
         out = Proposals()
         for request in requests:
             state = self.states.get(request.seq)
-            if state is not None:
-                out.drafts[request.seq] = state.propose(request.history, request.k)
+            out.drafts[request.seq] = state.propose(request.history, request.k) if state is not None else Draft()
         return out
 
     def lag(self, seq: int, history: Sequence[int]) -> int:

@@ -8,6 +8,7 @@ in one go rather than line by line.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -29,6 +30,15 @@ class BenchPrompt:
     category: str
     prompt: str
     system: str | None = None
+
+    def prediction(self) -> str | None:
+        """The prompt's last fenced code block (the file an edit starts from), as OpenAI's predicted
+        outputs are sent; None without one."""
+        blocks = FENCED.findall(self.prompt)
+        return blocks[-1] if blocks else None
+
+
+FENCED = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)  # a code block's body, its fences and language left out
 
 
 def normalise_category(name: str) -> str:

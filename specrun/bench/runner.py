@@ -40,12 +40,14 @@ CALIBRATION_REPS = defaults.CALIBRATION_REPS
 class Config:
     """One configuration: a speculation mode, its K (draft_max) and a temperature; `synthetic` an
     acceptance that replaces verification (verify.SyntheticAcceptance): the pipeline's speed at that
-    acceptance, not the model's output."""
+    acceptance, not the model's output; `predicted`: each prompt's last code block (the file an edit
+    starts from) is also its predicted output."""
 
     mode: str
     draft_max: int = 0
     temperature: float = 0.0
     synthetic: float | None = None
+    predicted: bool = False
 
     @property
     def plain(self) -> bool:
@@ -55,12 +57,15 @@ class Config:
     def id(self) -> str:
         k = "" if self.plain else f"-k{self.draft_max}"
         synthetic = "" if self.synthetic is None else f"-synthetic{self.synthetic:g}"
-        return f"{self.mode}{k}-t{self.temperature:g}{synthetic}"
+        predicted = "-predicted" if self.predicted else ""
+        return f"{self.mode}{k}-t{self.temperature:g}{synthetic}{predicted}"
 
     def label(self, with_temperature: bool = False) -> str:
         text = "plain" if self.plain else f"{self.mode} K={self.draft_max}"
         if self.synthetic is not None:
             text += f" synthetic {self.synthetic:g}"
+        if self.predicted:
+            text += " +prediction"
         return f"{text} T={self.temperature:g}" if with_temperature else text
 
     def verifier(self, seed: int) -> SyntheticAcceptance | None:
@@ -75,6 +80,7 @@ class Config:
             "draft_max": self.draft_max if not self.plain else 0,
             "temperature": self.temperature,
             "synthetic_acceptance": self.synthetic,
+            "predicted": self.predicted,
         }
 
 
@@ -84,13 +90,15 @@ def configurations(
     temperatures: Sequence[float],
     recommended_k: int | None = None,
     synthetic: Sequence[float] | None = None,
+    predict: bool = False,
 ) -> list[Config]:
     """Plain decoding plus every (mode, K) per temperature. Plain is always included: every speedup
     is measured against plain decoding from the same run. K is the most draft tokens per step in
     every mode; without `draft_maxes` each mode gets its default (defaults.draft_max_for: the
     pair's recommended K in the fixed modes, auto's own cap under auto). With `synthetic`
     acceptances every speculative configuration runs once per acceptance instead, its drafts
-    accepted by that rate rather than by the target (plain decoding is still the baseline)."""
+    accepted by that rate rather than by the target (plain decoding is still the baseline). With
+    `predict` every speculative configuration also runs with each prompt's prediction."""
     if not temperatures:
         raise InputError("no temperature given", "pass --temperature 0 (or a list such as 0,0.8)")
     if any(t < 0 for t in temperatures):
@@ -116,7 +124,13 @@ def configurations(
     out: list[Config] = []
     for t in dict.fromkeys(temperatures):
         out.append(Config("off", 0, t))
-        out.extend(Config(m, k, t, p) for m in spec_modes for k in ks(m) for p in rates)
+        out.extend(
+            Config(m, k, t, p, predicted)
+            for m in spec_modes
+            for k in ks(m)
+            for p in rates
+            for predicted in ((False, True) if predict else (False,))
+        )
     return out
 
 
@@ -238,10 +252,12 @@ class BenchEngine(Protocol):
 
     def prompt_tokens(self, prompt: BenchPrompt) -> list[int]: ...
 
+    def prediction_tokens(self, prompt: BenchPrompt) -> list[int] | None: ...
+
     def check(self, config: Config, generation: GenerationSettings) -> None: ...
 
     def run(
-        self, tokens: list[int], config: Config, generation: GenerationSettings
+        self, tokens: list[int], config: Config, generation: GenerationSettings, prediction: list[int] | None = None
     ) -> tuple[list[int], str, Stats, list[StepSample]]: ...
 
     def calibrate(self, tokens: list[int], batch_sizes: Sequence[int], reps: int) -> Calibration: ...
@@ -405,6 +421,7 @@ def run_bench(
     progress = progress or (lambda *_: None)
     started = time.perf_counter()
     tokens = [engine.prompt_tokens(p) for p in prompts]
+    predicted = [engine.prediction_tokens(p) if any(c.predicted for c in configs) else None for p in prompts]
     _check_fits(engine, prompts, tokens, configs, settings)
     for config in configs:
         engine.check(config, settings.generation(config, 0))
@@ -426,7 +443,8 @@ def run_bench(
     cpu_start, measure_start = _cpu_seconds(), time.perf_counter()
     for rep, p, c in order:
         progress("run", done, total, f"run {rep + 1}/{settings.runs} · {prompts[p].id} · {configs[c].label(True)}")
-        out, text, stats, steps = engine.run(tokens[p], configs[c], settings.generation(configs[c], p))
+        prediction = predicted[p] if configs[c].predicted else None
+        out, text, stats, steps = engine.run(tokens[p], configs[c], settings.generation(configs[c], p), prediction)
         records.append(RunRecord(rep, p, c, out, text, stats, steps))
         done += 1
     cpu_s, measure_s = _cpu_seconds() - cpu_start, time.perf_counter() - measure_start
@@ -491,12 +509,16 @@ class PairEngine:
     def prompt_tokens(self, prompt: BenchPrompt) -> list[int]:
         return self.pair.prompt_tokens(prompt.prompt, chat=self.chat, system=prompt.system, variables=self.variables)
 
+    def prediction_tokens(self, prompt: BenchPrompt) -> list[int] | None:
+        text = prompt.prediction()
+        return self.pair.prediction_tokens(text) if text else None
+
     def check(self, config: Config, generation: GenerationSettings) -> None:
         """Set the configuration up once, so an unknown mode fails before anything is timed."""
         self.session.policy(config.mode, generation, fresh=self.fresh, verifier=config.verifier(generation.seed or 0))
 
     def run(
-        self, tokens: list[int], config: Config, generation: GenerationSettings
+        self, tokens: list[int], config: Config, generation: GenerationSettings, prediction: list[int] | None = None
     ) -> tuple[list[int], str, Stats, list[StepSample]]:
         """One run from empty KV caches: every run then prefills its whole prompt, as a fresh request would."""
         self.session.reset()
@@ -515,6 +537,7 @@ class PairEngine:
             fresh=self.fresh,
             on_step=record,
             verifier=config.verifier(generation.seed or 0),
+            prediction=prediction,
         )
         out: list[int] = []
         pieces: list[str] = []

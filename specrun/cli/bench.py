@@ -194,6 +194,15 @@ SyntheticList = Annotated[
         rich_help_panel=BENCH,
     ),
 ]
+Predict = Annotated[
+    bool,
+    typer.Option(
+        "--predict",
+        help="Also run every speculative configuration with each prompt's last code block (the file an edit starts "
+        "from) as its predicted output, as OpenAI's own example sends it; rows marked +prediction.",
+        rich_help_panel=BENCH,
+    ),
+]
 SERVE = "Server benchmark"
 Serve = Annotated[
     bool,
@@ -242,6 +251,7 @@ def bench(
     fresh: Fresh = False,
     seed: Seed = 0,
     synthetic_acceptance: SyntheticList = None,
+    predict: Predict = False,
     ignore_eos: opt.IgnoreEos = False,
     tuning: opt.TuningFlags = opt.TuningFlags(),
     filters: opt.FilterFlags = opt.FilterFlags(),
@@ -264,11 +274,13 @@ def bench(
     synthetic = (
         parse_list(synthetic_acceptance, float, "--synthetic-acceptance") if synthetic_acceptance is not None else None
     )
-    configurations(modes, ks, temperatures, synthetic=synthetic)  # bad values fail before any model is touched
+    configurations(modes, ks, temperatures, synthetic=synthetic, predict=predict)  # bad values fail before loading
     if synthetic is not None and serve:
         raise InputError(
             "--synthetic-acceptance measures single requests only", "drop --serve, or drop --synthetic-acceptance"
         )
+    if predict and serve:
+        raise InputError("--predict measures single requests only", "drop --serve, or drop --predict")
     check_runtime(runtime)
     settings = BenchSettings(
         runs=runs or (QUICK["runs"] if quick else defaults.BENCH_RUNS),
@@ -317,7 +329,7 @@ def bench(
     if spec is None and resolved.draft is not None and is_assistant(resolved.draft):
         modes = ["off", "mtp"]  # a Gemma 4 assistant drafts under mtp only
     configs = configurations(
-        modes, ks, temperatures, QUICK["draft_max"] if quick else resolved.recommended_k, synthetic
+        modes, ks, temperatures, QUICK["draft_max"] if quick else resolved.recommended_k, synthetic, predict
     )
     loaded = open_pair(resolved, runtime, out.warn)
     out.note(f"specrun: {loaded.placement.describe()}")
@@ -340,6 +352,7 @@ def bench(
             "quick": quick,
             "fresh": fresh,
             "synthetic_acceptance": synthetic,
+            "predict": predict,
             "prompts_file": str(prompts) if prompts else None,
         }
         doc = document(result, env, record, pieces=engine.piece)

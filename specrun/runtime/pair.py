@@ -38,6 +38,7 @@ class PairConfig:
     Layers: None fits them into free device memory (runtime.placement), a negative number puts all
     of them on the devices. devices / draft_devices: llama.cpp device names the models may use
     (None: the default choice; ("cpu",): none). rpc: HOST:PORT of RPC workers whose devices join in.
+    cache_ram_mib: host RAM for the caches of earlier prompts, restored when a prompt comes back (0: none).
     """
 
     target: Path
@@ -53,6 +54,7 @@ class PairConfig:
     rpc: tuple[str, ...] = ()
     mmap: bool = True
     mlock: bool = False
+    cache_ram_mib: int = 0
 
 
 _AMX_WARNED = False
@@ -156,7 +158,7 @@ class Pair:
     def session(self) -> Session:
         """The pair's own session of one sequence (made on first use), kept across generations."""
         if self._session is None:
-            self._session = Session(self.models())
+            self._session = Session(self.models(), cache_ram=self.config.cache_ram_mib * 2**20)
         return self._session
 
     def models(self) -> Models:

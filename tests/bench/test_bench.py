@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from cli_helpers import env as cli_env
 
+from specrun import defaults
 from specrun.atomic import write_atomic
 from specrun.bench import prompts as bench_prompts
 from specrun.bench.environment import file_hash
@@ -81,12 +82,17 @@ class FakeEngine:
     def prompt_tokens(self, prompt):
         return [1] * len(prompt.prompt)
 
+    def prediction_tokens(self, prompt):
+        text = prompt.prediction()
+        return [2] * len(text) if text else None
+
     def check(self, config, generation):
         if config.mode == self.bad_mode:
             raise InputError(f"unknown speculation mode {config.mode!r}", "use one of: off, draft")
 
-    def run(self, tokens, config, generation):
+    def run(self, tokens, config, generation, prediction=None):
         self.calls.append(("run", config.id, len(tokens), generation.max_tokens, generation.seed))
+        self.predictions = getattr(self, "predictions", []) + [(config.id, prediction)]
         out = [10 + i for i in range(generation.max_tokens)]
         pos = self.plant.get((config.id, len(tokens)))
         if pos is not None and generation.max_tokens > WARMUP_TOKENS:
@@ -714,7 +720,7 @@ class NoisyEngine(FakeEngine):
     """Plain's token tops every row; at position 2 of the draft run a near-tie (999, 0.05 below),
     then at position 5 a token far below the top (500): a violation after a tie."""
 
-    def run(self, tokens, config, generation):
+    def run(self, tokens, config, generation, prediction=None):
         out, text, stats, steps = super().run(tokens, config, generation)
         if not config.plain and generation.max_tokens > WARMUP_TOKENS:
             out[2], out[5] = 999, 500
@@ -869,3 +875,20 @@ def test_the_plot_shares_the_speedup_axis_and_draws_k_as_categories(monkeypatch)
     for axis in tops:
         assert [t.get_text() for t in axis.get_xticklabels()] == ["1", "2", "8"]
         assert [list(line.get_xdata()) for line in axis.get_lines() if len(line.get_xdata()) == 3] == [[0, 1, 2]]
+
+
+def test_predict_runs_every_speculative_configuration_also_with_the_prompts_last_code_block():
+    configs = configurations(["off", "auto"], None, [0.0], predict=True)
+    assert [c.id for c in configs] == [
+        "off-t0",
+        f"auto-k{defaults.AUTO_K_MAX}-t0",
+        f"auto-k{defaults.AUTO_K_MAX}-t0-predicted",
+    ]
+    assert configs[2].label() == f"auto K={defaults.AUTO_K_MAX} +prediction"
+    edit = BenchPrompt("e/1", "code-editing", "Rename x.\n\n```python\nx = 1\n```\nand also\n```py\ny = 2\n```")
+    assert edit.prediction() == "y = 2\n"
+    assert BenchPrompt("q/1", "qa", "no code here").prediction() is None
+    engine = FakeEngine()
+    run_bench(engine, [edit], configs, BenchSettings(runs=1, warmup=0, base=GenerationSettings(max_tokens=20)))
+    given = {config: prediction for config, prediction in engine.predictions if prediction is not None}
+    assert set(given) == {configs[2].id} and given[configs[2].id] == [2] * len("y = 2\n")

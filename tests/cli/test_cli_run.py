@@ -20,6 +20,8 @@ from cli_helpers import env as cli_env
 from cli_helpers import popen, run_json, specrun
 from tiny_models import write_tiny_gguf
 
+from specrun import defaults
+
 GREEDY = ["--temp", "0", "--raw", "--ignore-eos"]
 
 
@@ -351,7 +353,7 @@ def test_a_command_module_that_fails_to_import_is_reported_not_hidden():
 @pytest.mark.slow
 def test_draft_max_is_the_cap_in_every_mode_and_auto_says_its_default(tiny_target, tiny_draft):
     auto = run_json("abc abc abc", *models(tiny_target, tiny_draft), "-n", "8", *GREEDY)
-    assert auto["settings"]["mode"] == "auto" and auto["settings"]["draft_max"] == 31
+    assert auto["settings"]["mode"] == "auto" and auto["settings"]["draft_max"] == defaults.AUTO_K_MAX
     capped = run_json("abc abc abc", *models(tiny_target, tiny_draft), "-n", "8", *GREEDY, "--draft-max", "3")
     assert capped["settings"]["draft_max"] == 3 and len(capped["stats"]["drafted_by_position"]) <= 3
     fixed = run_json("abc", *models(tiny_target, tiny_draft), "-n", "8", *GREEDY, "--spec", "draft")

@@ -14,6 +14,7 @@ from cli_helpers import env as cli_env
 from netns_helpers import why_no_namespaces
 from paths import SCRIPTS
 
+from specrun import defaults
 from specrun.engine.rpc import parse_endpoint
 
 SCRIPT = SCRIPTS / "rpc-bench.sh"
@@ -87,7 +88,9 @@ def test_rpc_bench_script_runs_over_a_delayed_link_and_cleans_up(tiny_target, ti
     loopback = json.loads((tmp_path / "bench-loopback.json").read_text())
     for doc in (link, loopback):
         labels = {row["label"] for row in doc["categories"] if row["category"] == "all"}
-        assert {"plain", "ngram K=4", "auto K=31"} <= labels and any(label.startswith("draft") for label in labels)
+        assert {"plain", "ngram K=4", f"auto K={defaults.AUTO_K_MAX}"} <= labels and any(
+            label.startswith("draft") for label in labels
+        )
         target = doc["environment"]["placement"]["target"]["devices"]
         assert [s["device"] for s in target if s["layers"]][0].startswith(
             "RPC"

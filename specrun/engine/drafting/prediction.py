@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ... import defaults
+from .copy_cursor import SHARE_WINDOW
 from .prompt_lookup import PromptLookup
 from .protocol import Draft, DraftRequest, DraftTuning, Proposals, Sources
 
@@ -32,7 +33,9 @@ class Prediction:
         cursor = self.lookup.cursor
         cursor.seen = len(self.prefix)
         cursor.pos, cursor.run, cursor.found_near = 1, START_RUN, True
-        cursor.copy_share, cursor.followed = 1.0, 1
+        # As if a whole window of tokens had been copied: the answer is expected to copy the
+        # prediction, so a few tokens of other text (an opening line) do not make it a chance match.
+        cursor.copy_share, cursor.followed = 1.0, SHARE_WINDOW
 
     def history(self, history: Sequence[int]) -> list[int]:
         """What the lookup indexes: the prediction, then the answer so far."""

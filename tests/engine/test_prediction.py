@@ -1,0 +1,111 @@
+"""Predicted outputs: the prediction is followed like a copy (through insertions and deletions),
+drafts through the one drafter interface, and never changes an answer (greedy: the same tokens;
+sampled: the target's distribution)."""
+
+from __future__ import annotations
+
+import pytest
+from test_engine import CHI2_999, RUNS, first_two_distribution
+
+from specrun import defaults
+from specrun.engine.drafting.prediction import SEPARATOR, Prediction, PredictionDrafter
+from specrun.engine.drafting.protocol import DraftRequest, DraftTuning
+from specrun.engine.sampling import SamplingParams
+from specrun.engine.sequence import GenerationSettings
+from specrun.errors import ContextOverflowError
+from specrun.runtime.pair import Pair, PairConfig
+
+PROMPT = [900, 901, 902]
+PREDICTED = list(range(10, 70))
+TUNING = DraftTuning(k_max=8)
+
+
+def proposal(answer: list[int], k: int = 8) -> list[int]:
+    state = Prediction(PREDICTED, len(PROMPT), TUNING)
+    return state.propose(PROMPT + answer, k).tokens
+
+
+def test_the_prediction_is_drafted_from_its_first_token():
+    assert proposal([10]) == list(range(11, 19))
+    assert proposal(list(range(10, 40))) == list(range(40, 48))
+
+
+def test_an_insertion_or_a_deletion_is_followed_past():
+    assert proposal([10, 11, 12, 77, 13]) == list(range(14, 22))  # 77 inserted
+    assert proposal([10, 11, 12, 15]) == list(range(16, 24))  # 13 and 14 deleted
+    assert proposal([10, 11, 12, 88, 14]) == list(range(15, 23))  # 13 replaced by 88
+
+
+def test_an_answer_that_opens_with_other_text_finds_the_prediction_where_it_starts_copying():
+    assert proposal([5, 6, 7, 10, 11]) == list(range(12, 20))
+
+
+def test_no_draft_runs_past_the_prediction():
+    tokens = proposal(list(range(10, 66)))
+    assert tokens == [66, 67, 68, 69] and SEPARATOR not in tokens
+    assert proposal(PREDICTED) == []
+
+
+def test_a_sequence_without_a_prediction_gets_an_empty_proposal():
+    drafter = PredictionDrafter(TUNING)
+    drafter.begin(0, PROMPT, PREDICTED)
+    drafter.begin(1, PROMPT, None)
+    sampling = SamplingParams(temperature=0.0)
+    made = drafter.propose([DraftRequest(s, PROMPT + [10], 4, sampling, None) for s in (0, 1)])
+    assert made.drafts[0].tokens == [11, 12, 13, 14] and made.drafts[1].tokens == []
+    drafter.finish(0, PROMPT + [10])
+    assert drafter.propose([DraftRequest(0, PROMPT + [10], 4, sampling, None)]).drafts[0].tokens == []
+
+
+# -- through the engine ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_target):
+    loaded = Pair(PairConfig(tiny_target, None, ctx_size=512, threads=1))
+    yield loaded
+    loaded.close()
+
+
+def answer(pair: Pair, prompt: list[int], mode: str, prediction=None, **kw):
+    settings = GenerationSettings(
+        **{"max_tokens": 40, "sampling": SamplingParams(temperature=0.0), "ignore_eos": True, "draft_max": 8, **kw}
+    )
+    generation = pair.generation(prompt, settings, mode=mode, prediction=prediction)
+    tokens = [t for step in generation.run() for t in step.tokens]
+    return tokens, generation.stats
+
+
+@pytest.mark.parametrize("mode", ["ngram", "auto"])
+def test_greedy_answers_are_the_same_with_a_prediction(pair, mode):
+    prompt = pair.prompt_tokens("predict me", chat=False)
+    plain, _ = answer(pair, prompt, "off")
+    exact, stats = answer(pair, prompt, mode, prediction=plain)
+    assert exact == plain
+    assert stats.by_drafter[defaults.PREDICTION]["accepted"] >= 20  # the right prediction drafts the answer
+    edited = plain[:10] + [plain[3]] + plain[10:25] + plain[28:]  # an insertion and a deletion
+    guessed, stats = answer(pair, prompt, mode, prediction=edited)
+    assert guessed == plain and stats.by_drafter[defaults.PREDICTION]["accepted"] > 0
+
+
+def test_a_prediction_longer_than_the_context_is_refused(pair):
+    with pytest.raises(ContextOverflowError, match="prediction"):
+        pair.prediction_tokens("word " * 600)
+
+
+@pytest.mark.slow
+def test_sampled_answers_keep_the_targets_distribution_with_a_prediction(pair):
+    sampling = SamplingParams(temperature=0.8, top_k=3, top_p=1.0, min_p=0.0)
+    prompt = pair.prompt_tokens("sampling", chat=False)
+    exact = first_two_distribution(pair, prompt, sampling)
+    likely = max(exact, key=exact.get)
+    counts, drafted = dict.fromkeys(exact, 0), 0
+    for seed in range(RUNS):
+        settings = GenerationSettings(max_tokens=3, sampling=sampling, seed=seed, draft_max=2, ignore_eos=True)
+        generation = pair.generation(prompt, settings, mode="ngram", prediction=[*likely, likely[1]])
+        tokens = [t for step in generation.run() for t in step.tokens]
+        counts[(tokens[0], tokens[1])] += 1
+        drafted += generation.stats.by_drafter.get(defaults.PREDICTION, {}).get("drafted", 0)
+    chi2 = sum((counts[c] - RUNS * p) ** 2 / (RUNS * p) for c, p in exact.items())
+    assert drafted > RUNS // 4  # the prediction drafted in many runs
+    assert chi2 < CHI2_999, (chi2, counts, exact)

@@ -4,7 +4,6 @@ request), and its errors: one line on stderr and exit code 1."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import subprocess
@@ -14,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from paths import SCRIPTS
+from script_module import script_module
 
 SCRIPT = SCRIPTS / "agent_workload.py"
 DATA = SCRIPTS / "data" / "agent_workload.json"
@@ -22,14 +22,8 @@ CHARS_PER_TOKEN = 4
 
 @pytest.fixture(scope="module")
 def workload():
-    spec = importlib.util.spec_from_file_location("agent_workload_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with script_module("agent_workload.py", "agent_workload_script") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def answer_pieces(number: int, messages: list[dict]) -> list[str]:

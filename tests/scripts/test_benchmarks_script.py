@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -11,20 +10,15 @@ from pathlib import Path
 import pytest
 from doc_pages import command_problems, specrun_commands
 from paths import SCRIPTS
+from script_module import script_module
 
 SCRIPT = SCRIPTS / "benchmarks.py"
 
 
 @pytest.fixture(scope="module")
 def bench_script():
-    spec = importlib.util.spec_from_file_location("benchmarks_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with script_module("benchmarks.py", "benchmarks_script") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def row(category, config, mode, label, **fields):

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ... import defaults
+from .ahead import AheadDrafter
 from .lookup_pool import LookupPool
 from .prompt_lookup import PromptLookup
 from .protocol import DraftRequest, DraftTuning, Proposals, Sources
@@ -24,22 +25,18 @@ class LookupStart:
     pool_key: str | None = None
 
 
-class LookupDrafter:
+class LookupDrafter(AheadDrafter):
     """Prompt lookup for every sequence, each starting afresh with the tuning's match lengths and K
     unless its generation brings a lookup (`LookupStart`)."""
 
     name = defaults.LOOKUP
-    ahead = True
-    ctx = None
-    saved_with_target = False
-    k_max = None
 
     def __init__(self, tuning: DraftTuning = DraftTuning(), *, pool: LookupPool | None = None):
+        super().__init__()
         self.tuning = tuning
         if pool is None:
             pool = LookupPool(defaults.LOOKUP_POOL_TOKENS, defaults.LOOKUP_POOL_KEY_TOKENS)
         self.pool = pool
-        self.states: dict[int, PromptLookup] = {}
         self._pool_keys: dict[int, tuple[str, int]] = {}  # seq -> (its pool's key, its prompt's length)
 
     def configure(self, tuning: DraftTuning) -> None:
@@ -80,19 +77,8 @@ class LookupDrafter:
             out.drafts[request.seq] = self.state(request.seq).propose(request.history, request.k)
         return out
 
-    def lag(self, seq: int, history: Sequence[int]) -> int:
-        return 0
-
-    def read(self, items: Sequence[tuple[int, Sequence[int]]]) -> Proposals:
-        """The history is indexed as proposals are asked for: nothing to read ahead."""
-        return Proposals()
-
-    def learn(self, seq: int, drafted: int, accepted: int) -> None:
-        if seq in self.states:
-            self.states[seq].feedback(drafted, accepted)
-
     def forget(self, seq: int) -> None:
-        self.states.pop(seq, None)
+        super().forget(seq)
         self._pool_keys.pop(seq, None)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ... import defaults
+from .ahead import AheadDrafter
 from .copy_cursor import SHARE_WINDOW
 from .prompt_lookup import PromptLookup
 from .protocol import Draft, DraftRequest, DraftTuning, Proposals, Sources
@@ -41,6 +42,9 @@ class Prediction:
         """What the lookup indexes: the prediction, then the answer so far."""
         return self.prefix + list(history[self.n_prompt :])
 
+    def feedback(self, drafted: int, accepted: int) -> None:
+        self.lookup.feedback(drafted, accepted)
+
     def propose(self, history: Sequence[int], k: int):
         draft = self.lookup.propose(self.history(history), k)
         if SEPARATOR in draft.tokens:
@@ -48,19 +52,15 @@ class Prediction:
         return draft
 
 
-class PredictionDrafter:
+class PredictionDrafter(AheadDrafter):
     """Drafts each sequence's answer from the prediction its request brought (`begin` with a token
     list); a sequence without one gets no proposals."""
 
     name = defaults.PREDICTION
-    ahead = True
-    ctx = None
-    saved_with_target = False
-    k_max = None
 
     def __init__(self, tuning: DraftTuning = DraftTuning()):
+        super().__init__()
         self.tuning = tuning
-        self.states: dict[int, Prediction] = {}
 
     def configure(self, tuning: DraftTuning) -> None:
         self.tuning = tuning
@@ -79,20 +79,7 @@ class PredictionDrafter:
             out.drafts[request.seq] = state.propose(request.history, request.k) if state is not None else Draft()
         return out
 
-    def lag(self, seq: int, history: Sequence[int]) -> int:
-        return 0
-
-    def read(self, items: Sequence[tuple[int, Sequence[int]]]) -> Proposals:
-        return Proposals()
-
-    def learn(self, seq: int, drafted: int, accepted: int) -> None:
-        if seq in self.states:
-            self.states[seq].lookup.feedback(drafted, accepted)
-
     def finish(self, seq: int, history: Sequence[int]) -> None:
-        self.states.pop(seq, None)
-
-    def forget(self, seq: int) -> None:
         self.states.pop(seq, None)
 
 

@@ -822,6 +822,20 @@ class Context(FreedOnCollection):
             return
         self._rewind_from_checkpoint(seq, n_keep)
 
+    def keepable(self, seq: int, n_keep: int) -> int:
+        """How many of the first `n_keep` tokens of `seq` a trim to `n_keep` keeps without decoding
+        them again: all where the cache cuts exactly, else those before the checkpoint it goes
+        back to (trim decodes the rest again)."""
+        held = len(self.tokens[seq])
+        if n_keep >= held or self.rewind == "positions":
+            return min(n_keep, held)
+        if self.rewind == "snapshots" and held - n_keep <= min(self.snapshots, self._last_call[seq] - 1):
+            return n_keep
+        saved = self._checkpoints[seq]
+        if saved is not None and saved[0] <= n_keep:
+            return saved[0]
+        return 0
+
     def checkpoint(self, seq: int) -> None:
         """Keep what a recurrent cache of `seq` holds now, to come back to (a chat's next turn, a
         draft's rejected tokens). Positions need none."""

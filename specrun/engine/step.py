@@ -177,7 +177,7 @@ class Engine:
         try:
             keep = min(shared, len(prompt) - 1)
             if self.cache is not None:
-                keep = self._restore(seq, prompt, keep)
+                keep = self._restore(seq, prompt, keep, self.target.keepable(seq, keep))
                 self._save_before_cut(seq, keep)
             self.target.trim(seq, keep)
             k_max = min(settings.draft_max_for(self.policy.mode), self.policy.k_max) if self.policy.k_max else 0
@@ -254,13 +254,14 @@ class Engine:
         if len(self.target.tokens[seq]) - keep >= defaults.PROMPT_CACHE_MIN_GAIN:
             self._save(seq)
 
-    def _restore(self, seq: int, prompt: Sequence[int], keep: int) -> int:
+    def _restore(self, seq: int, prompt: Sequence[int], keep: int, kept: int) -> int:
         """Restore into `seq` the saved cache serving the most of `prompt`, when it spares reading
-        PROMPT_CACHE_MIN_GAIN more tokens than `keep` (what `seq` already shares); returns how many
-        tokens `seq` now shares. A state llama.cpp refuses is a miss and is dropped."""
+        PROMPT_CACHE_MIN_GAIN more tokens than `seq` keeps of the `keep` it shares (`kept`: a
+        recurrent cache cut back keeps only what its checkpoint holds); returns how many tokens
+        `seq` now shares. A state llama.cpp refuses is a miss and is dropped."""
         cache = self.cache
         entry, n = cache.find(prompt, len(prompt) - 1)
-        if entry is None or n < keep + defaults.PROMPT_CACHE_MIN_GAIN:
+        if entry is None or n < kept + defaults.PROMPT_CACHE_MIN_GAIN:
             cache.misses += 1
             return keep
         self._save(seq)

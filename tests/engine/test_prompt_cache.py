@@ -141,6 +141,21 @@ def test_a_speculating_session_restores_the_draft_models_cache_too(pairs):
         cached.close()
 
 
+@pytest.mark.parametrize("fixture", ["dense_mtp_target", "hybrid_mtp_target"])
+def test_the_mtp_heads_cache_is_saved_and_restored_with_the_targets(request, fixture):
+    pair = load_pair(request.getfixturevalue(fixture), None)
+    plain = session_for(pair, "mtp", 0)
+    cached = session_for(pair, "mtp", 64 * 2**20)
+    try:
+        assert conversations(cached, pair)[0] == conversations(plain, pair)[0]
+        assert cached.engine.cache.hits >= 3
+        assert any("mtp" in e.states for e in cached.engine.cache.entries.values())
+    finally:
+        plain.close()
+        cached.close()
+        pair.close()
+
+
 def test_a_state_llama_cpp_refuses_is_a_miss_and_the_answer_stands(pairs):
     pair = pairs["dense"]
     plain = session_for(pair, "off", 0)

@@ -130,3 +130,34 @@ def test_each_request_names_its_lookup_pool_unless_it_or_the_server_opts_out(pai
         assert pool(service, user="alice", lookup_pool=False) is None
     with served(pair, costs=FLAT_COSTS, lookup_pool=False) as running:
         assert pool(running.service, user="alice") is None
+
+
+def test_a_hybrid_targets_edited_last_message_restores_the_boundary_before_it(hybrid_target):
+    """A recurrent state cannot be cut back: the server saves it before the last message as it reads
+    the prompt, so a regenerated or edited last message restores that instead of reading it all."""
+    pair = load_pair(hybrid_target, None)
+
+    def session(url: str) -> list[dict]:
+        first = [
+            {"role": "system", "content": "You answer briefly."},
+            {"role": "user", "content": "the first question"},
+        ]
+        one = ask(url, first)
+        second = [*first, {"role": "assistant", "content": one["choices"][0]["message"]["content"]}]
+        two = ask(url, [*second, {"role": "user", "content": "a second question, asked at some length"}])
+        three = ask(url, [*second, {"role": "user", "content": "the second question, edited"}])
+        return [one, two, three]
+
+    try:
+        with served(pair, costs=FLAT_COSTS, parallel=1, cache_ram=0) as plain:
+            without = session(plain.url)
+        with served(pair, costs=FLAT_COSTS, parallel=1, cache_ram=64) as cached:
+            with_cache = session(cached.url)
+            assert metric(cached.url, "specrun_prompt_cache_hits_total") >= 1
+        assert [a["choices"][0]["message"]["content"] for a in with_cache] == [
+            a["choices"][0]["message"]["content"] for a in without
+        ]
+        # Restored from the boundary after the first answer, further than the first prompt's end.
+        assert with_cache[2]["timings"]["cache_n"] > with_cache[0]["usage"]["prompt_tokens"]
+    finally:
+        pair.close()

@@ -60,7 +60,8 @@ DraftMaxList = Annotated[
     typer.Option(
         "--draft-max",
         help="Comma-separated K values to sweep, e.g. 1,2,4,8: the most draft tokens per step in every mode (default: "
-        "the pair's recommended K, else 4, in the fixed modes, --quick 4; auto's own cap, 31, under auto).",
+        "the pair's recommended K, else 4, in the fixed modes, --quick 4; auto's own cap, "
+        f"{defaults.AUTO_K_MAX}, under auto).",
         rich_help_panel=BENCH,
     ),
 ]

@@ -264,6 +264,7 @@ class Engine:
         if entry is None or n < kept + defaults.PROMPT_CACHE_MIN_GAIN:
             cache.misses += 1
             return keep
+        cache.touch(entry)  # the most recently used now: caches saved below drop others first
         self._save(seq)
         self._drop(seq)
         tokens, data = entry.states[TARGET]
@@ -279,7 +280,6 @@ class Engine:
                 self._make_room(drafter.ctx, len(own))
                 if not drafter.ctx.load(seq, own, saved):
                     drafter.forget(seq)
-        cache.touch(entry)
         cache.hits += 1
         cache.restored_tokens += n
         return n

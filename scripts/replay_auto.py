@@ -14,10 +14,15 @@ sample is the target's own token. Record several seeds for a stable figure.
 `--session` replays as a bench or a chat runs: one controller and one lookup across every answer,
 in `--orders` shuffled orders, each order read twice and the second pass counted.
 
+`auto+prediction:K` replays auto with each prompt's last code block (the file an edit starts
+from, recorded with the answers) as its predicted output beside prompt lookup, as
+`specrun bench --predict` runs it; answers recorded without one replay as plain auto.
+
     python scripts/replay_auto.py --record answers.json --target T.gguf -n 128
     python scripts/replay_auto.py --record sampled.json --target T.gguf --temperature 0.8 --seeds 1,2,3
     python scripts/replay_auto.py answers.json --curve 1:0.028,2:0.042,5:0.084,16:0.140,32:0.240
     python scripts/replay_auto.py sampled.json --session --orders 6 --configs auto:31
+    python scripts/replay_auto.py answers.json --configs auto:63,auto+prediction:63
 """
 
 from __future__ import annotations
@@ -33,16 +38,20 @@ from pathlib import Path
 
 from specrun.engine.auto.control import LEARNED_WEIGHT, PLAIN, Ask, Choice, Controller, Outcome
 from specrun.engine.auto.estimates import CostCurve
+from specrun.engine.drafting.prediction import Prediction
 from specrun.engine.drafting.prompt_lookup import PromptLookup
+from specrun.engine.drafting.protocol import DraftTuning
 
 LOOKUP_SECONDS = 0.0002  # what proposing costs prompt lookup, per step
+PREDICTED = "auto+prediction"
 
 
 def policy(curve: CostCurve, mode: str, k: int) -> tuple[Controller | None, PromptLookup]:
     """A fresh lookup, and for auto its controller seeded with the curve."""
     controller = None
-    if mode == "auto":
-        controller = Controller(["ngram"], k_max=k, k_start=min(k, 4))
+    if mode.startswith("auto"):
+        drafters = ["ngram", "prediction"] if mode == PREDICTED else ["ngram"]
+        controller = Controller(drafters, k_max=k, k_start=min(k, 4))
         controller.seed(curve.points())
     return controller, PromptLookup(1, 8, k_max=k)
 
@@ -55,6 +64,7 @@ def replay(
     k: int,
     learned: dict | None = None,
     state: tuple[Controller | None, PromptLookup] | None = None,
+    prediction: list[int] | None = None,
 ) -> tuple[float, dict]:
     """Seconds the policy takes to produce `output` after its first token, and step counts. With
     `learned` (auto only), the run starts from what an earlier process kept, and leaves there what
@@ -64,16 +74,23 @@ def replay(
     if controller is not None and learned:
         controller.learn(learned["controller"])
         lookup.restore(learned["lookup"], LEARNED_WEIGHT)
+    predicted = Prediction(prediction, len(prompt), DraftTuning(k_max=k)) if mode == PREDICTED and prediction else None
     history = list(prompt) + output[:1]
     position, seconds = 1, 0.0
     counts = defaultdict(int)
     while position < len(output):
         room = min(k, len(output) - position - 1)
-        proposal = lookup.propose(history, room)
+        proposals = {"ngram": lookup.propose(history, room)}
+        if predicted is not None:
+            proposals["prediction"] = predicted.propose(history, room)
+        proposal, drafter = proposals["ngram"], "ngram"
         if controller is not None:
-            ask = Ask(0, k, len(output) - position, in_hand={"ngram": proposal.confidence or []})
+            in_hand = {name: made.confidence or [] for name, made in proposals.items()}
+            ask = Ask(0, k, len(output) - position, in_hand=in_hand)
             choice = controller.plan([ask], max_rows=k + 1).choice(0)
-            draft = proposal.tokens[: min(choice.k, room)] if choice.drafter == "ngram" else []
+            drafter = choice.drafter or "ngram"
+            proposal = proposals.get(drafter, proposal)
+            draft = proposal.tokens[: min(choice.k, room)] if choice.drafter in proposals else []
         else:
             draft = proposal.tokens
         accepted = 0
@@ -85,9 +102,9 @@ def replay(
             accepted += 1
         t_verify, t_draft = curve(len(draft) + 1), LOOKUP_SECONDS
         if draft:
-            lookup.feedback(len(draft), accepted)
+            (predicted.lookup if drafter == "prediction" else lookup).feedback(len(draft), accepted)
         if controller is not None:
-            ran = Choice("ngram", len(draft), choice.reason) if draft else PLAIN
+            ran = Choice(drafter, len(draft), choice.reason) if draft else PLAIN
             outcome = Outcome(ran, len(draft), accepted, t_draft)
             controller.observe([outcome], rows=len(draft) + 1, verify_s=t_verify, draft_s=t_draft)
         committed = output[position : position + accepted + 1]
@@ -106,14 +123,22 @@ def parse_curve(text: str) -> CostCurve:
     return CostCurve.of({int(size): float(seconds) for size, seconds in (item.split(":") for item in text.split(","))})
 
 
-def record(path: Path, target: str, max_tokens: int, temperature: float = 0.0, seeds: list[int] | None = None) -> None:
+def record(
+    path: Path,
+    target: str,
+    max_tokens: int,
+    temperature: float = 0.0,
+    seeds: list[int] | None = None,
+    prompts_file: Path | None = None,
+) -> None:
     import specrun
     from specrun.bench import prompts as bench_prompts
 
     pair = specrun.load_pair(target)
     answers = {}
+    chosen = bench_prompts.load_file(prompts_file) if prompts_file is not None else bench_prompts.builtin()
     for seed in seeds or [None]:
-        for prompt in bench_prompts.builtin():
+        for prompt in chosen:
             tokens = pair.prompt_tokens(prompt.prompt, system=prompt.system)
             result = specrun.generate(
                 pair,
@@ -125,7 +150,13 @@ def record(path: Path, target: str, max_tokens: int, temperature: float = 0.0, s
                 mode="off",
             )
             key = prompt.id if seed is None else f"{prompt.id}#{seed}"
-            answers[key] = {"category": prompt.category, "prompt": tokens, "output": result.tokens}
+            predicted = prompt.prediction()
+            answers[key] = {
+                "category": prompt.category,
+                "prompt": tokens,
+                "output": result.tokens,
+                "prediction": pair.prediction_tokens(predicted) if predicted else None,
+            }
             print(key, len(result.tokens), file=sys.stderr)
     path.write_text(json.dumps(answers))
 
@@ -152,7 +183,9 @@ def replay_all(
             for counted in (False, True) if session else (True,):
                 for pid, item in items:
                     output = item["output"][:max_tokens]
-                    seconds, counts = replay(item["prompt"], output, curve, mode, k, learned, state)
+                    seconds, counts = replay(
+                        item["prompt"], output, curve, mode, k, learned, state, item.get("prediction")
+                    )
                     if counted:
                         speedup = (len(output) - 1) * curve(1) / seconds
                         by_category[(item["category"], f"{mode}:{k}")].append(speedup)
@@ -171,7 +204,11 @@ def main() -> None:
         "--curve",
         default="1:0.028,2:0.042,3:0.056,4:0.070,5:0.084,8:0.120,9:0.135,15:0.165,16:0.140,17:0.165,31:0.272,32:0.240",
     )
-    parser.add_argument("--configs", default="ngram:4,ngram:15,auto:31")
+    parser.add_argument(
+        "--configs",
+        default="ngram:4,ngram:15,auto:31",
+        help="MODE:K, comma-separated; MODE ngram, auto or auto+prediction",
+    )
     parser.add_argument("--record", action="store_true", help="record plain greedy answers into ANSWERS first")
     parser.add_argument(
         "--carry",
@@ -186,6 +223,9 @@ def main() -> None:
     parser.add_argument("--orders", type=int, default=6, help="with --session: shuffled orders to replay")
     parser.add_argument("--temperature", type=float, default=0.0, help="with --record: sample at this temperature")
     parser.add_argument("--seeds", default="1,2,3", help="with --record and a temperature: the seeds to sample with")
+    parser.add_argument(
+        "--prompts", type=Path, help="with --record: these prompts (JSONL) instead of the built-in ones"
+    )
     parser.add_argument("--target")
     parser.add_argument("-n", "--max-tokens", type=int, default=128)
     args = parser.parse_args()
@@ -195,7 +235,7 @@ def main() -> None:
         )
     if args.record:
         seeds = [int(x) for x in args.seeds.split(",")] if args.temperature > 0 else None
-        record(args.answers, args.target, args.max_tokens, args.temperature, seeds)
+        record(args.answers, args.target, args.max_tokens, args.temperature, seeds, args.prompts)
         return
     curve = parse_curve(args.curve)
     answers = json.loads(args.answers.read_text())

@@ -42,3 +42,15 @@ def test_a_session_counts_each_answer_once_per_order_on_the_second_pass():
     assert len(result[("code-editing", "auto:31")]) == 3
     assert len(result[("creative-writing", "auto:31")]) == 3
     assert min(result[("code-editing", "auto:31")]) > 2
+
+
+def test_a_prediction_of_text_the_prompt_lacks_replays_faster_and_none_replays_as_auto():
+    replay = load()
+    fresh = {"category": "code-editing", "prompt": list(range(100, 110)), "output": list(range(500, 564))}
+    predicted = {**fresh, "prediction": list(range(500, 564))}
+    curve = replay.parse_curve(FLAT)
+    configs = [("auto", 31), ("auto+prediction", 31)]
+    result = replay.replay_all({"p": predicted}, curve, configs, carry=False, max_tokens=128)
+    assert result[("code-editing", "auto:31")][0] <= 1.0 < 2 < result[("code-editing", "auto+prediction:31")][0]
+    without = replay.replay_all({"p": fresh}, curve, configs, carry=False, max_tokens=128)
+    assert without[("code-editing", "auto+prediction:31")] == without[("code-editing", "auto:31")]

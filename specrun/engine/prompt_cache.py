@@ -33,6 +33,7 @@ class Saved:
     states: dict[str, tuple[list[int], np.ndarray]]
     whole: bool  # only a prompt starting with all of `tokens` may use it
     used: int = 0
+    counted: int = 0  # its bytes as the cache counted them when it was added
     id: int = field(default_factory=lambda: next(_ids))
 
     @property
@@ -91,8 +92,9 @@ class PromptCache:
             if self._superseded(entry, saved):
                 self.discard(entry)
         saved.used = next(self._clock)
+        saved.counted = saved.nbytes
         self.entries[saved.id] = saved
-        self.bytes += saved.nbytes
+        self.bytes += saved.counted
         while self.bytes > self.budget:
             self.discard(min(self.entries.values(), key=lambda e: e.used))
         return True
@@ -110,7 +112,7 @@ class PromptCache:
 
     def discard(self, saved: Saved) -> None:
         if self.entries.pop(saved.id, None) is not None:
-            self.bytes -= saved.nbytes
+            self.bytes -= saved.counted
 
     def clear(self) -> None:
         self.entries.clear()

@@ -38,7 +38,9 @@ def test_an_insertion_or_a_deletion_is_followed_past():
 
 
 def test_an_answer_that_opens_with_other_text_finds_the_prediction_where_it_starts_copying():
-    assert proposal([5, 6, 7, 10, 11]) == list(range(12, 20))
+    opened = proposal([5, 6, 7, 10, 11])  # trusted as far as the answer has copied so far
+    assert opened and opened == list(range(12, 12 + len(opened)))
+    assert proposal([5, 6, 7, *range(10, 20)]) == list(range(20, 28))  # and further as it copies on
 
 
 def test_no_draft_runs_past_the_prediction():

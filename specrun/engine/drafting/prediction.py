@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from ... import defaults
 from .ahead import AheadDrafter
-from .copy_cursor import SHARE_WINDOW
 from .prompt_lookup import PromptLookup
 from .protocol import Draft, DraftRequest, DraftTuning, Proposals, Sources
 
@@ -34,9 +33,10 @@ class Prediction:
         cursor = self.lookup.cursor
         cursor.seen = len(self.prefix)
         cursor.pos, cursor.run, cursor.found_near = 1, START_RUN, True
-        # As if a whole window of tokens had been copied: the answer is expected to copy the
-        # prediction, so a few tokens of other text (an opening line) do not make it a chance match.
-        cursor.copy_share, cursor.followed = 1.0, SHARE_WINDOW
+        # Copying from the first token on, but judged by how much the answer does copy from then on,
+        # as prompt lookup's copies are: trusting a whole window of copying up front kept long
+        # drafts going through dense edits (a rename on every line) that prompt lookup cut short.
+        cursor.copy_share, cursor.followed = 1.0, 1
 
     def history(self, history: Sequence[int]) -> list[int]:
         """What the lookup indexes: the prediction, then the answer so far."""

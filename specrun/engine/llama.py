@@ -805,13 +805,9 @@ class Context(FreedOnCollection):
         history); see the class docstring for how each kind of cache does it."""
         if n_keep < 0:
             raise ValueError(f"cannot keep {n_keep} cached tokens")
-        held = len(self.tokens[seq])
-        if n_keep >= held:
+        if n_keep >= len(self.tokens[seq]):
             return
-        cut = held - n_keep
-        if self.rewind == "positions" or (
-            self.rewind == "snapshots" and cut <= min(self.snapshots, self._last_call[seq] - 1)
-        ):
+        if self._cuts_in_place(seq, n_keep):
             if not _llama().llama_memory_seq_rm(self.memory, seq, n_keep, -1):
                 raise SpecrunError(
                     "llama.cpp could not trim its KV cache", "this model's cache type cannot rewind; use --spec off"
@@ -822,14 +818,22 @@ class Context(FreedOnCollection):
             return
         self._rewind_from_checkpoint(seq, n_keep)
 
+    def _cuts_in_place(self, seq: int, n_keep: int) -> bool:
+        """Whether the tail of `seq` from n_keep on can be taken off where it lies: positions, or
+        a recurrent cut within the snapshots of the last decode call."""
+        cut = len(self.tokens[seq]) - n_keep
+        return self.rewind == "positions" or (
+            self.rewind == "snapshots" and cut <= min(self.snapshots, self._last_call[seq] - 1)
+        )
+
     def keepable(self, seq: int, n_keep: int) -> int:
         """How many of the first `n_keep` tokens of `seq` a trim to `n_keep` keeps without decoding
-        them again: all where the cache cuts exactly, else those before the checkpoint it goes
+        them again: all where the cache cuts in place, else those before the checkpoint it goes
         back to (trim decodes the rest again)."""
         held = len(self.tokens[seq])
-        if n_keep >= held or self.rewind == "positions":
-            return min(n_keep, held)
-        if self.rewind == "snapshots" and held - n_keep <= min(self.snapshots, self._last_call[seq] - 1):
+        if n_keep >= held:
+            return held
+        if self._cuts_in_place(seq, n_keep):
             return n_keep
         saved = self._checkpoints[seq]
         if saved is not None and saved[0] <= n_keep:

@@ -17,7 +17,7 @@ from ..engine import compute_thread
 from ..engine.auto.costs import DecodeCosts
 from ..engine.drafting.lookup import LookupStart
 from ..engine.sampling import SamplingParams
-from ..engine.sequence import GenerationSettings, check_prediction_fits, check_prompt_fits
+from ..engine.sequence import GenerationSettings, check_prompt_fits
 from ..errors import ContextOverflowError, SpecrunError
 from ..models.chat_template import RESERVED
 from ..runtime.pair import Pair
@@ -267,9 +267,8 @@ class Service:
         if body.prediction is not None:
             text = body.prediction.text()
             self._check_bytes(len(text.encode("utf-8")), "prediction")
-            predicted = self.pair.target_model.tokenize(text, add_special=False, parse_special=False)
             try:
-                check_prediction_fits(len(predicted), self.ctx_size)
+                predicted = self.pair.prediction_tokens(text)
             except ContextOverflowError as error:
                 raise RequestError(
                     f"{error.message} (shorten it, or start the server with a larger --ctx-size)",

@@ -6,6 +6,8 @@ anything else is a bug and shows a traceback only with SPECRUN_DEBUG=1.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
@@ -32,6 +34,21 @@ class InputError(SpecrunError):
     """Bad input from the user: a file, a prompt, an option value (exit 2)."""
 
     exit_code = EXIT_USAGE
+
+
+def read_text_file(path: Path | str, flag: str) -> str:
+    """The UTF-8 text of the file `path` given to option `flag`; an InputError naming the file, the
+    option and the fix when it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{flag} {path}: file not found", f"check the path given to {flag}") from None
+    except IsADirectoryError:
+        raise InputError(f"{flag} {path} is a directory", f"give {flag} a file") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{flag} {path} is not UTF-8 text", f"save the file given to {flag} as UTF-8") from None
+    except OSError as error:
+        raise InputError(f"{flag} {path}: {error.strerror}", f"check the path given to {flag}") from None
 
 
 class ModelFileError(InputError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, read_text_file
 
 CATEGORIES = ("code-generation", "code-editing", "structured-output", "question-answering", "creative-writing")
 ALL = "all"  # the pseudo-category of the summary rows; not allowed in prompt files
@@ -103,17 +103,7 @@ def _parse_line(line: str) -> tuple[dict, str | None]:
 
 def load_file(path: Path) -> list[BenchPrompt]:
     """Prompts from a user's JSONL file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"prompt file not found: {path}", "check the path given to --prompts") from None
-    except IsADirectoryError:
-        raise InputError(f"{path} is a directory", "pass a .jsonl file to --prompts") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path} is not UTF-8 text", "save the prompt file as UTF-8 JSONL") from None
-    except OSError as error:
-        raise InputError(f"cannot read {path}: {error.strerror}", "check the path given to --prompts") from None
-    return parse_lines(text.splitlines(), str(path))
+    return parse_lines(read_text_file(path, "--prompts").splitlines(), str(path))
 
 
 def builtin() -> list[BenchPrompt]:

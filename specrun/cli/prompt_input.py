@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..errors import InputError
+from ..errors import InputError, read_text_file
 
 
 def read_prompt(argument: str | None, stdin: TextIO | None = None) -> str:
@@ -28,15 +28,4 @@ def read_prompt(argument: str | None, stdin: TextIO | None = None) -> str:
 
 def read_prediction(path: Path | None) -> str | None:
     """The text of `--predict FILE` (the file an edit starts from), or None without one."""
-    if path is None:
-        return None
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"--predict {path}: no such file", "give the file the answer is expected to repeat") from None
-    except IsADirectoryError:
-        raise InputError(f"--predict {path} is a directory", "give a text file") from None
-    except UnicodeDecodeError:
-        raise InputError(f"--predict {path} is not UTF-8 text", "give a text file") from None
-    except OSError as error:
-        raise InputError(f"--predict {path}: {error.strerror}", "give a readable text file") from None
+    return read_text_file(path, "--predict") if path is not None else None

@@ -26,7 +26,7 @@ def test_a_prediction_drafts_and_the_answer_stands(tiny_target, tmp_path):
 @pytest.mark.parametrize(
     "make, said",
     [
-        (lambda tmp: tmp / "missing.txt", "no such file"),
+        (lambda tmp: tmp / "missing.txt", "file not found"),
         (lambda tmp: tmp, "is a directory"),
         (lambda tmp: (tmp / "bin.dat").write_bytes(b"\xff\xfe\xfa") and tmp / "bin.dat", "not UTF-8"),
     ],

@@ -4,6 +4,9 @@ state llama.cpp refuses is a miss."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 from serve_helpers import FLAT_COSTS, costs_of, load_pair
@@ -87,6 +90,18 @@ def session_for(pair, mode: str, cache_ram: int) -> Session:
     return session
 
 
+@contextmanager
+def side_by_side(pair, mode: str) -> Iterator[tuple[Session, Session]]:
+    """Two sessions of `mode`: one without a prompt cache, one with 64 MiB of it."""
+    plain = session_for(pair, mode, 0)
+    cached = session_for(pair, mode, 64 * 2**20)
+    try:
+        yield plain, cached
+    finally:
+        plain.close()
+        cached.close()
+
+
 def words(pair, text: str) -> list[int]:
     return pair.target_model.tokenize(text, add_special=False, parse_special=False)
 
@@ -114,53 +129,38 @@ def conversations(session: Session, pair, turns: int = 3):
 @pytest.mark.parametrize("kind", ["dense", "hybrid", "swa"])
 def test_greedy_answers_are_the_same_with_and_without_the_cache(pairs, kind):
     pair = pairs[kind]
-    plain = session_for(pair, "off", 0)
-    cached = session_for(pair, "off", 64 * 2**20)
-    try:
+    with side_by_side(pair, "off") as (plain, cached):
         without, read_without = conversations(plain, pair)
         with_cache, read_with = conversations(cached, pair)
         assert with_cache == without
         stats = cached.engine.cache.stats()
         assert stats["hits"] >= 3 and stats["restored_tokens"] > 0  # later turns came back from RAM
         assert sum(read_with) > sum(read_without)
-    finally:
-        plain.close()
-        cached.close()
 
 
 def test_a_speculating_session_restores_the_draft_models_cache_too(pairs):
     pair = pairs["dense"]
-    plain = session_for(pair, "draft", 0)
-    cached = session_for(pair, "draft", 64 * 2**20)
-    try:
+    with side_by_side(pair, "draft") as (plain, cached):
         assert conversations(cached, pair)[0] == conversations(plain, pair)[0]
         saved = list(cached.engine.cache.entries.values())
         assert any("draft" in e.states for e in saved)
-    finally:
-        plain.close()
-        cached.close()
 
 
 @pytest.mark.parametrize("fixture", ["dense_mtp_target", "hybrid_mtp_target"])
 def test_the_mtp_heads_cache_is_saved_and_restored_with_the_targets(request, fixture):
     pair = load_pair(request.getfixturevalue(fixture), None)
-    plain = session_for(pair, "mtp", 0)
-    cached = session_for(pair, "mtp", 64 * 2**20)
     try:
-        assert conversations(cached, pair)[0] == conversations(plain, pair)[0]
-        assert cached.engine.cache.hits >= 3
-        assert any("mtp" in e.states for e in cached.engine.cache.entries.values())
+        with side_by_side(pair, "mtp") as (plain, cached):
+            assert conversations(cached, pair)[0] == conversations(plain, pair)[0]
+            assert cached.engine.cache.hits >= 3
+            assert any("mtp" in e.states for e in cached.engine.cache.entries.values())
     finally:
-        plain.close()
-        cached.close()
         pair.close()
 
 
 def test_a_state_llama_cpp_refuses_is_a_miss_and_the_answer_stands(pairs):
     pair = pairs["dense"]
-    plain = session_for(pair, "off", 0)
-    cached = session_for(pair, "off", 64 * 2**20)
-    try:
+    with side_by_side(pair, "off") as (plain, cached):
         expected = conversations(plain, pair)[0]
         histories = [pair.target_model.tokenize(t, add_special=True, parse_special=True) for t in OPENINGS]
         for history in histories:  # three first turns: the first two caches are given up and saved
@@ -173,9 +173,6 @@ def test_a_state_llama_cpp_refuses_is_a_miss_and_the_answer_stands(pairs):
         assert stats["failures"] == 1 and stats["hits"] == 0 and hit == 0
         alone, _ = answer(plain, histories[0] + expected[0] + words(pair, " next 0 0"))
         assert out == alone
-    finally:
-        plain.close()
-        cached.close()
 
 
 def test_a_flood_of_distinct_prompts_keeps_ram_within_the_budget(pairs):

@@ -57,6 +57,7 @@ def metric(url: str, name: str) -> float:
     raise AssertionError(f"{name} not in /metrics")
 
 
+@pytest.mark.slow
 def test_histories_that_come_back_are_restored_from_ram_and_answers_stand(pair):
     with served(pair, costs=FLAT_COSTS, parallel=1, cache_ram=0) as plain:
         without = turns(plain.url)

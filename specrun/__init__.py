@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 __version__ = "0.1.0"
 
+from .engine import constraint
+from .engine.constraint import Constraint, ConstraintError
 from .engine.generation import Step
 from .engine.sampling import SamplingParams
 from .engine.sequence import GenerationSettings
@@ -37,11 +39,36 @@ class Result:
 
 
 def settings_from(**options) -> GenerationSettings:
-    """GenerationSettings from flat keyword options (temperature, top_k, top_p, min_p, and the rest)."""
+    """GenerationSettings from flat keyword options (temperature, top_k, top_p, min_p, the constraint
+    as `schema`, `regex` or `grammar`, and the rest)."""
     sampling_keys = {"temperature", "top_k", "top_p", "min_p"}
     sampling = SamplingParams(**{k: v for k, v in options.items() if k in sampling_keys})
-    rest = {k: v for k, v in options.items() if k not in sampling_keys}
+    rest = {k: v for k, v in options.items() if k not in sampling_keys and k not in CONSTRAINT_KEYS}
+    made = constraint_from(**{k: options[k] for k in CONSTRAINT_KEYS if options.get(k) is not None})
+    if made is not None:
+        rest["constraint"] = made
     return GenerationSettings(sampling=sampling, **rest)
+
+
+CONSTRAINT_KEYS = ("schema", "regex", "grammar")
+
+
+def constraint_from(
+    schema: dict | str | None = None, regex: str | None = None, grammar: str | None = None
+) -> Constraint | None:
+    """The constraint an answer must meet: a JSON schema (a dict or its JSON text; `{"type":
+    "object"}` for any object), a regex the whole answer matches, or a grammar (Lark or GBNF); at
+    most one. ConstraintError (an InputError) names what is wrong with it."""
+    given = [name for name, value in (("schema", schema), ("regex", regex), ("grammar", grammar)) if value is not None]
+    if len(given) > 1:
+        raise ConstraintError(f"{' and '.join(given)} given together", "constrain the answer one way")
+    if schema is not None:
+        return constraint.json_schema(schema)
+    if regex is not None:
+        return constraint.regex(regex)
+    if grammar is not None:
+        return constraint.grammar(grammar)
+    return None
 
 
 def _prompt(
@@ -72,7 +99,8 @@ def stream(
     model's reasoning and tags included: `split_reasoning` separates them).
 
     mode: "off", "draft", "ngram", "hybrid", "text", "mtp" (the target's own multi-token-prediction
-    heads) or "auto" (the default); think: a thinking model's reasoning on or off (the template's
+    heads) or "auto" (the default); schema, regex, grammar: what the answer must match (see
+    `constraint_from`); think: a thinking model's reasoning on or off (the template's
     enable_thinking; None: its default); chat_template_kwargs: other variables for the chat
     template; prediction: the text the answer is expected to be (the file before an edit), drafted
     from as a copy is (OpenAI's predicted outputs); options: GenerationSettings fields
@@ -111,11 +139,14 @@ def generate(
 
 
 __all__ = [
+    "Constraint",
+    "ConstraintError",
     "GenerationSettings",
     "Pair",
     "PairConfig",
     "Result",
     "SamplingParams",
+    "constraint_from",
     "Stats",
     "Step",
     "generate",

@@ -64,6 +64,16 @@ LOOKUP_POOL_KEY_PREFIX = 32  # without a `user`, a request's pool is named by it
 # the prompt cache in host RAM (--cache-ram)
 CACHE_RAM_MAX_MIB = 8192  # by default the smaller of this and a quarter of the machine's memory
 PROMPT_CACHE_MIN_GAIN = 16  # a saved cache is restored when it spares reading at least this many more tokens
+
+# Constrained answers (JSON schemas, regexes, grammars: engine/constraint.py)
+CONSTRAINT_MAX_CHARS = 100_000  # a schema, regex or grammar longer than this is refused
+CONSTRAINT_MAX_DEPTH = 32  # a JSON schema nested deeper than this is refused
+GRAMMAR_MAX_ITEMS_IN_ROW = 2000  # llguidance's parser limits (LLParserLimits), so a step stays bounded
+GRAMMAR_INITIAL_LEXER_FUEL = 1_000_000
+GRAMMAR_STEP_LEXER_FUEL = 200_000
+GRAMMAR_STEP_MAX_ITEMS = 50_000
+GRAMMAR_MAX_LEXER_STATES = 250_000
+GRAMMAR_MAX_SIZE = 500_000
 CTX_SIZE = 4096
 BENCH_MAX_TOKENS = 128  # tokens per benchmark run
 BENCH_RUNS = 3  # measured repetitions per prompt and configuration

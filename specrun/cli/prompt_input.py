@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from ..engine import constraint
+from ..engine.constraint import Constraint, ConstraintError
 from ..errors import InputError, read_text_file
 
 
@@ -29,3 +31,22 @@ def read_prompt(argument: str | None, stdin: TextIO | None = None) -> str:
 def read_prediction(path: Path | None) -> str | None:
     """The text of `--predict FILE` (the file an edit starts from), or None without one."""
     return read_text_file(path, "--predict") if path is not None else None
+
+
+def read_constraint(json_schema: str | None, grammar: Path | None, regex: str | None) -> Constraint | None:
+    """The constraint of `--json-schema FILE|JSON`, `--grammar FILE` or `--regex PATTERN` (at most
+    one), compiled before any model loads so a bad one fails at once."""
+    flags = (("--json-schema", json_schema), ("--grammar", grammar), ("--regex", regex))
+    given = [flag for flag, value in flags if value]
+    if len(given) > 1:
+        raise ConstraintError(f"{' and '.join(given)} given together", "constrain the answer one way")
+    if json_schema:
+        inline = json_schema.lstrip().startswith(("{", "true", "false"))
+        text = json_schema if inline else read_text_file(json_schema, "--json-schema")
+        where = "--json-schema" if inline else f"--json-schema {json_schema}"
+        return constraint.json_schema(text, what=where)
+    if grammar is not None:
+        return constraint.grammar(read_text_file(grammar, "--grammar"), what=f"--grammar {grammar}")
+    if regex:
+        return constraint.regex(regex)
+    return None

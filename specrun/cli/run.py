@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +11,7 @@ import typer
 
 from .. import defaults
 from ..chat.interrupts import Interrupts
+from ..engine.constraint import Constraint
 from ..engine.sequence import GenerationSettings, check_prompt_fits
 from ..engine.stats import Stats
 from ..models.reasoning import CONTENT, REASONING, ReasoningSplitter, join
@@ -19,7 +21,7 @@ from ..terminal import Output, mode_label, status_line, summary_parts
 from . import fatal
 from . import options as opt
 from .options import flag_groups
-from .prompt_input import read_prediction, read_prompt
+from .prompt_input import read_constraint, read_prediction, read_prompt
 from .settings import answer_settings, check_runtime, open_pair, pick_seed, resolve, spec_mode
 
 
@@ -40,6 +42,33 @@ def run(
             rich_help_panel=opt.SPECULATION,
         ),
     ] = None,
+    json_schema: Annotated[
+        str | None,
+        typer.Option(
+            "--json-schema",
+            metavar="FILE|JSON",
+            help="The answer is JSON that validates against this schema (a file, or the schema itself).",
+            rich_help_panel=opt.OUTPUT,
+        ),
+    ] = None,
+    grammar: Annotated[
+        Path | None,
+        typer.Option(
+            "--grammar",
+            metavar="FILE",
+            help="The answer follows this grammar (Lark, or llama.cpp's GBNF).",
+            rich_help_panel=opt.OUTPUT,
+        ),
+    ] = None,
+    regex: Annotated[
+        str | None,
+        typer.Option(
+            "--regex",
+            metavar="PATTERN",
+            help="The whole answer matches this regular expression.",
+            rich_help_panel=opt.OUTPUT,
+        ),
+    ] = None,
     chat: opt.Chat = True,
     json_output: opt.Json = False,
     quiet: opt.Quiet = False,
@@ -50,11 +79,14 @@ def run(
     check_runtime(flags.runtime)
     text = read_prompt(prompt)
     predicted_text = read_prediction(predict)
+    constrained = read_constraint(json_schema, grammar, regex)
     resolved = resolve(flags.models)
     seed = pick_seed(flags.sampling.seed)
     mode = spec_mode(speculation.spec, flags.models.draft)
     draft_max = defaults.draft_max_for(mode, speculation.draft_max, resolved.recommended_k)
     settings = answer_settings(flags, max_tokens=max_tokens, draft_max=draft_max, seed=seed)
+    if constrained is not None:
+        settings = replace(settings, constraint=constrained)
     loaded = open_pair(resolved, flags.runtime, out.warn)
     if out.live:
         out.note(f"specrun: {loaded.placement.describe()}")
@@ -207,8 +239,14 @@ def result_document(
             "ngram_max": settings.ngram_max,
             "stop": list(settings.stop),
             "ignore_eos": settings.ignore_eos,
+            "constraint": _constraint_document(settings.constraint),
             "ctx_size": loaded.n_ctx,
             "threads": loaded.threads,
             "rollback": loaded.session.rollback(),
         },
     }
+
+
+def _constraint_document(constraint: Constraint | None) -> dict | None:
+    """What the answer was constrained by: its kind and what was given."""
+    return None if constraint is None else {"kind": constraint.kind, "source": constraint.source}

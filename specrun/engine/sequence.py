@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from .. import defaults
 from ..errors import ContextOverflowError
 from .auto.estimates import PositionRates
+from .constraint import Constraint
 from .llama import Model
+from .matcher import Matcher
 from .sampling import Rng, SamplingParams, make_rng
 from .stats import Stats
 from .text import TextAssembler
@@ -36,6 +38,7 @@ class GenerationSettings:
     ngram_max: int = defaults.NGRAM_MAX
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    constraint: Constraint | None = None  # what the answer must match (a JSON schema, a regex, a grammar)
 
     def draft_max_for(self, mode: str) -> int:
         """The most draft tokens one step may verify in `mode`: `draft_max` when set, else the
@@ -111,6 +114,20 @@ class SequenceState:
         self.timings = Timings(arrived=arrived if arrived is not None else now, admitted=now)
         self.finished: str | None = None  # eog | max_tokens | stop | context | cancelled
         self.done = False
+        # Where the answer stands in its constraint; it reads full rows, since the constraint may
+        # refuse every candidate of a shortlist.
+        self.matcher = Matcher(settings.constraint, model) if settings.constraint is not None else None
+
+    @property
+    def shortlist(self) -> int:
+        """How many candidates of a row this sequence needs (0: the full row, as a constraint does)."""
+        return 0 if self.matcher is not None else self.sampling.shortlist
+
+    def forced(self, limit: int) -> list[int]:
+        """Up to `limit` tokens the constraint forces next (none without one)."""
+        if self.matcher is None or limit <= 0:
+            return []
+        return self.matcher.forced()[:limit]
 
     @property
     def prefilled(self) -> bool:
@@ -152,6 +169,8 @@ class SequenceState:
                 self.finished = "max_tokens"
                 break
         self.history.extend(kept)
+        if self.finished is None and self.matcher is not None and self.matcher.stopped:
+            self.finished = "stop"  # the constraint is complete: nothing may follow
         self.stats.generated_tokens = len(self.generated)
         if self.timings.first_token is None and kept:
             self.timings.first_token = time.perf_counter()

@@ -14,6 +14,7 @@ class Stats:
     steps: int = 0  # target verification passes after the first token
     drafted: int = 0
     accepted: int = 0
+    forced_tokens: int = 0  # tokens a constraint forced ahead of the drafts (certain, not in drafted)
     drafted_by_position: list[int] = field(default_factory=list)
     accepted_by_position: list[int] = field(default_factory=list)
     prefill_time: float = 0.0
@@ -105,6 +106,7 @@ class Stats:
             "steps": self.steps,
             "drafted": self.drafted,
             "accepted": self.accepted,
+            "forced_tokens": self.forced_tokens,
             "acceptance_rate": _round(self.acceptance_rate),
             "mean_tokens_per_step": _round(self.mean_tokens_per_step),
             "acceptance_by_position": [round(x, 4) for x in self.acceptance_by_position],

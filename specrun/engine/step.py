@@ -26,16 +26,35 @@ import numpy as np
 from .. import defaults
 from .auto.control import PLAIN, Ask, Choice, Controller, Outcome
 from .auto.plan import Candidate, Option, fixed
+from .constrained import constrained_pick, verify_constrained
 from .drafting.protocol import Draft, Drafter, DraftRequest, DraftTuning
 from .llama import Context, Segment
 from .prompt_cache import TARGET, PromptCache, Saved
-from .sampling import make_rng
+from .sampling import Dist, make_rng
 from .sequence import GenerationSettings, SequenceState
 from .slots import SlotPool
-from .verify import Verifier, verify
+from .verify import Verifier, only_row, verify
 
 EMPTY = Draft()
 Proposed = dict[str, dict[int, Draft]]  # drafter -> sequence -> its proposal in hand
+
+
+def _after(state: SequenceState, forced: Mapping[int, list[int]]) -> list[int]:
+    """A sequence's history with the tokens its constraint forces next: what its drafters draft after."""
+    made = forced.get(state.seq)
+    return state.history + made if made else state.history
+
+
+def _constrained_draft(state: SequenceState, forced: list[int], own: Draft) -> Draft:
+    """The forced tokens, then the drafter's tokens up to the first one the constraint refuses.
+    A sampled draft (with q) is left whole when sampling: cutting it where a token was refused
+    would change what follows a rejection there; verification rejects that token instead."""
+    if own.tokens and (state.sampling.greedy or own.q is None):
+        own = own.cut(max(0, state.matcher.valid_prefix(forced + own.tokens) - len(forced)))
+    if not forced:
+        return own
+    q = None if own.q is None else [Dist.point(t) for t in forced] + list(own.q)
+    return Draft(forced + own.tokens, q, [1.0] * len(forced) + _confidence(own))
 
 
 def _confidence(draft: Draft) -> list[float]:
@@ -53,6 +72,7 @@ class Update:
     choice: Choice = PLAIN
     drafted: int = 0
     accepted: int = 0
+    forced: int = 0  # tokens the constraint forced ahead of the draft (certain, not counted in drafted)
     done: bool = False
     draft_s: float = 0.0  # the step's planning and drafting, and its target pass with verification
     verify_s: float = 0.0
@@ -193,7 +213,7 @@ class Engine:
             )
             if self.cache is not None and not self.target.cuts_restored:
                 state.save_at = sorted({b for b in boundaries if keep < b < len(prompt)} | {len(prompt)})
-            self.target.shortlist(seq, state.sampling.shortlist)
+            self.target.shortlist(seq, state.shortlist)
         except BaseException:  # a generation that cannot start never holds a sequence
             self.slots.release(seq)
             self._drop(seq)
@@ -303,8 +323,8 @@ class Engine:
         decoding = [s for s in live if s.prefilled and not s.done]
         reading = [s for s in live if not s.prefilled]
         reserve = min(sum(len(s.pending) for s in reading), self.n_batch // 2)
-        choices, proposals = self._plan(decoding, reserve)
-        drafts, passes = self._draft(decoding, choices, proposals, report)
+        choices, proposals, forced = self._plan(decoding, reserve)
+        drafts, passes = self._draft(decoding, choices, proposals, forced)
         segments = [
             Segment(
                 s.seq,
@@ -323,7 +343,7 @@ class Engine:
             chunks.append((state, n))
             room -= n
         if segments:
-            self._target_pass(decoding, choices, drafts, passes, segments, chunks, report, start)
+            self._target_pass(decoding, choices, drafts, forced, passes, segments, chunks, report, start)
         report.seconds = time.perf_counter() - start
         report.decode_seconds = self.decode_seconds() - decoded_before
         return report
@@ -333,7 +353,7 @@ class Engine:
         return sum(ctx.decode_seconds for ctx in self._contexts())
 
     def _target_pass(
-        self, decoding, choices, drafts, passes, segments, chunks, report: StepReport, start: float
+        self, decoding, choices, drafts, forced, passes, segments, chunks, report: StepReport, start: float
     ) -> None:
         bases = {seg.seq: len(self.target.tokens[seg.seq]) for seg in segments}
         report.rows = sum(len(seg.tokens) for seg in segments)
@@ -347,7 +367,9 @@ class Engine:
         outcomes = []
         for state, logits in zip(decoding, rows):
             draft = drafts.get(state.seq, EMPTY)
-            update, outcome = self._accept(state, choices.get(state.seq, PLAIN), draft, logits, bases[state.seq])
+            update, outcome = self._accept(
+                state, choices.get(state.seq, PLAIN), draft, logits, bases[state.seq], len(forced.get(state.seq, ()))
+            )
             report.updates.append(update)
             outcomes.append((state, update, outcome))
         report.verify_seconds = time.perf_counter() - verify_start
@@ -356,6 +378,7 @@ class Engine:
             state.stats.record_step(
                 update.drafted, update.accepted, report.draft_seconds, report.verify_seconds, update.drafter
             )
+            state.stats.forced_tokens += update.forced
             self._finish(update)
         controller = self.policy.controller
         if controller is not None and decoding:
@@ -371,22 +394,29 @@ class Engine:
             if update is not None:
                 report.updates.append(update)
 
-    def _accept(self, state: SequenceState, choice: Choice, draft: Draft, logits, base: int) -> tuple[Update, Outcome]:
-        """Verify one sequence's draft, trim its cache past the first rejection, commit, learn."""
-        n_draft = len(draft.tokens)
-        rows = logits.reshape(1 + n_draft, -1) if n_draft else logits  # a plain step's row stays as it came
-        verdict = self.policy.verifier(draft.tokens, draft.q, rows, state.sampling, state.rng)
+    def _accept(
+        self, state: SequenceState, choice: Choice, draft: Draft, logits, base: int, forced: int = 0
+    ) -> tuple[Update, Outcome]:
+        """Verify one sequence's draft, trim its cache past the first rejection, commit, learn. The
+        draft's first `forced` tokens are the constraint's: the drafter is judged on the rest."""
+        n_rows = len(draft.tokens)
+        rows = logits.reshape(1 + n_rows, -1) if n_rows else logits  # a plain step's row stays as it came
+        if state.matcher is not None:
+            verdict = verify_constrained(draft.tokens, draft.q, rows, state.sampling, state.rng, state.matcher, forced)
+        else:
+            verdict = self.policy.verifier(draft.tokens, draft.q, rows, state.sampling, state.rng)
         self.target.trim(state.seq, base + 1 + verdict.accepted)
+        n_draft, accepted = n_rows - forced, max(0, verdict.accepted - forced)
         if n_draft and choice.drafter is not None:
-            self.drafters[choice.drafter].learn(state.seq, n_draft, verdict.accepted)
+            self.drafters[choice.drafter].learn(state.seq, n_draft, accepted)
             if self.policy.auto:
                 own = state.own.get(choice.drafter)
                 if own is None:
                     own = state.own[choice.drafter] = self.policy.controller.own_rates()
-                own.update(choice.k, verdict.accepted)
+                own.update(choice.k, accepted)
         kept, text = state.commit(verdict.tokens)
-        update = Update(state, kept, text, choice, n_draft, verdict.accepted)
-        return update, Outcome(choice, n_draft, verdict.accepted)
+        update = Update(state, kept, text, choice, n_draft, accepted, forced=min(forced, len(kept)))
+        return update, Outcome(choice, n_draft, accepted)
 
     def _finish(self, update: Update) -> Update:
         """Close a sequence that met a stop condition: its held-back text, and its slot back."""
@@ -409,39 +439,53 @@ class Engine:
             self._make_room(reader.ctx, len(state.prompt))
             reader.read([(state.seq, state.prompt)])
         state.stats.prefill_time = time.perf_counter() - (state.timings.admitted or state.timings.arrived)
-        kept, text = state.commit([state.sampling.pick(logits, state.rng)])
+        if state.matcher is not None:
+            first = constrained_pick(only_row(logits), state.sampling, state.rng, state.matcher)
+            state.matcher.consume([first])
+        else:
+            first = state.sampling.pick(logits, state.rng)
+        kept, text = state.commit([first])
         state.stats.time_to_first_token = state.stats.prefill_time
         return self._finish(Update(state, kept, text))
 
     # -- planning and drafting ---------------------------------------------------------------
 
-    def _plan(self, decoding: Sequence[SequenceState], reserve: int) -> tuple[dict[int, Choice], Proposed]:
-        """Each decoding sequence's choice, with the proposals of drafters that propose ahead."""
+    def _plan(
+        self, decoding: Sequence[SequenceState], reserve: int
+    ) -> tuple[dict[int, Choice], Proposed, dict[int, list[int]]]:
+        """Each decoding sequence's choice, with the proposals of drafters that propose ahead, and
+        the tokens a constraint forces ahead of any draft (the drafters draft what follows them)."""
         if not self._active or not decoding:
-            return {}, {}
+            return {}, {}, {}
         k_maxes = {s.seq: s.step_k_max(self.target.n_ctx, len(self.target.tokens[s.seq])) for s in decoding}
+        forced = {s.seq: made for s in decoding if (made := s.forced(k_maxes[s.seq]))}
+        for seq, made in forced.items():
+            k_maxes[seq] -= len(made)
+        reserve += sum(len(made) for made in forced.values())
         proposals: Proposed = {}
         ahead = [d for d in self._active if d.ahead]
         if ahead:
             asked = [
-                DraftRequest(s.seq, s.history, k, s.sampling, s.rng) for s in decoding if (k := k_maxes[s.seq]) > 0
+                DraftRequest(s.seq, _after(s, forced), k, s.sampling, s.rng)
+                for s in decoding
+                if (k := k_maxes[s.seq]) > 0
             ]
             proposals = {d.name: d.propose(asked).drafts for d in ahead} if asked else {}
         max_rows = self.n_batch - reserve
         if not self.policy.auto:
-            return self._fixed(decoding, k_maxes, proposals, max_rows), proposals
+            return self._fixed(decoding, k_maxes, proposals, max_rows), proposals, forced
         controller = self.policy.controller
         asks = []
         for s in decoding:
             in_hand = {name: _confidence(made[s.seq]) for name, made in proposals.items() if s.seq in made}
             behind = {
-                d.name: controller.catch_up_seconds(d.name, d.lag(s.seq, s.history))
+                d.name: controller.catch_up_seconds(d.name, d.lag(s.seq, _after(s, forced)))
                 for d in self._active
                 if not d.ahead and k_maxes[s.seq] > 0 and controller.weighs(d.name)
             }
             asks.append(Ask(s.seq, k_maxes[s.seq], s.remaining(), s.own, in_hand, behind))
         decision = controller.plan(asks, max_rows=max_rows, base_rows=reserve)
-        return dict(decision.choices), proposals
+        return dict(decision.choices), proposals, forced
 
     def _fixed(self, decoding, k_maxes: dict[int, int], proposals: Proposed, max_rows: int) -> dict[int, Choice]:
         """A fixed mode's choices: each sequence's options are its drafters' proposals in hand and
@@ -458,9 +502,11 @@ class Engine:
         alloc = fixed(candidates, self.policy.drafters, self.policy.k_max, max_rows=max_rows)
         return {seq: Choice(drafter, k) for seq, (drafter, k) in alloc.drafts.items()}
 
-    def _draft(self, decoding, choices: dict[int, Choice], proposals: Proposed, report: StepReport):
+    def _draft(self, decoding, choices: dict[int, Choice], proposals: Proposed, forced: dict[int, list[int]]):
         """The drafts the plan asked for: proposals in hand cut to their K, and each other
-        drafter's, drafted for all its sequences together; with the passes each drafter ran."""
+        drafter's, drafted for all its sequences together; with the passes each drafter ran. A
+        constrained sequence's draft starts with its forced tokens and stops before the first
+        token its constraint refuses."""
         drafts: dict[int, Draft] = {}
         requests: dict[str, list[DraftRequest]] = {}
         for s in decoding:
@@ -472,7 +518,7 @@ class Engine:
                     drafts[s.seq] = proposals[choice.drafter][s.seq].cut(choice.k)
             else:
                 requests.setdefault(choice.drafter, []).append(
-                    DraftRequest(s.seq, s.history, choice.k, s.sampling, s.rng)
+                    DraftRequest(s.seq, _after(s, forced), choice.k, s.sampling, s.rng)
                 )
         passes = {}
         for name, asked in requests.items():
@@ -482,6 +528,9 @@ class Engine:
             made = drafter.propose(asked)
             drafts.update(made.drafts)
             passes[name] = made.passes
+        for s in decoding:
+            if s.matcher is not None:
+                drafts[s.seq] = _constrained_draft(s, forced.get(s.seq, []), drafts.get(s.seq, EMPTY))
         return drafts, passes
 
     def _make_room(self, ctx: Context, needed: int) -> None:

@@ -1,0 +1,96 @@
+"""One sequence's constraint, matched token by token against the model's vocabulary (llguidance).
+
+The matcher advances only on committed tokens: verification asks it, position by position, which
+tokens are allowed, and what is accepted is consumed. Its vocabulary view is built once per model
+(about a second for a 150k vocabulary) and shared by every sequence.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from .constraint import Constraint, ConstraintError, limits
+from .llama import Model
+
+_TOKENIZERS: dict[int, object] = {}  # id(model) -> llguidance tokenizer, kept while the model lives
+_LOCK = threading.Lock()
+
+
+def grammar_tokenizer(model: Model):
+    """llguidance's view of `model`'s vocabulary, built on first use and kept on the model; every
+    end-of-generation token ends an answer the grammar allows to end."""
+    cached = getattr(model, "_grammar_tokenizer", None)
+    if cached is not None:
+        return cached
+    with _LOCK:
+        cached = getattr(model, "_grammar_tokenizer", None)
+        if cached is None:
+            try:
+                from llguidance.llamacpp import lltokenizer_from_vocab
+            except ImportError:
+                raise InputError("constrained answers need the llguidance package", "pip install llguidance") from None
+            eog = [token for token in range(model.n_vocab) if model.is_eog(token)] or [model.eos]
+            with warnings.catch_warnings():  # it reads token attributes through a deprecated binding
+                warnings.simplefilter("ignore", DeprecationWarning)
+                cached = lltokenizer_from_vocab(model.vocab, n_vocab=model.n_vocab, eos_token=eog)
+            model._grammar_tokenizer = cached
+    return cached
+
+
+class Matcher:
+    """Where one answer stands in its constraint: what may come next, what is forced, and whether
+    it may (or must) end."""
+
+    def __init__(self, constraint: Constraint, model: Model):
+        import llguidance
+
+        self.constraint = constraint
+        self.n_vocab = model.n_vocab
+        self._matcher = llguidance.LLMatcher(grammar_tokenizer(model), constraint.grammar, limits=limits())
+        self.forced_total = 0  # tokens the constraint forced, for reports
+        self.masked_rows = 0  # rows whose best token the constraint refused
+        self._check()
+
+    def _check(self) -> None:
+        if self._matcher.is_error():
+            raise ConstraintError(
+                f"the {self.constraint.kind.replace('_', ' ')} cannot be matched: "
+                f"{self._matcher.get_error().splitlines()[0][:300]}",
+                "fix it or simplify it",
+            )
+
+    @property
+    def stopped(self) -> bool:
+        """Nothing but the end of the answer may follow: the constraint is complete."""
+        return self._matcher.is_stopped()
+
+    @property
+    def failed(self) -> bool:
+        return self._matcher.is_error()
+
+    def allows(self, token: int) -> bool:
+        return self._matcher.validate_tokens([int(token)]) == 1
+
+    def valid_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens`, from the current state on, the constraint accepts in a row."""
+        return self._matcher.validate_tokens([int(t) for t in tokens]) if tokens else 0
+
+    def forced(self) -> list[int]:
+        """The tokens that must come next whatever the model prefers (keys, brackets, an enum's tail)."""
+        return list(self._matcher.compute_ff_tokens())
+
+    def allowed(self) -> np.ndarray:
+        """A boolean mask over the vocabulary of what may come next."""
+        bits = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
+        return np.unpackbits(bits, bitorder="little")[: self.n_vocab].astype(bool)
+
+    def consume(self, tokens: Sequence[int]) -> None:
+        """Advance past committed tokens."""
+        for token in tokens:
+            if not self._matcher.consume_token(int(token)):
+                raise RuntimeError(f"the constraint refused committed token {token}: {self._matcher.get_error()}")

@@ -20,6 +20,7 @@ import numpy as np
 
 from .matcher import Matcher
 from .sampling import Dist, Rng, SamplingParams
+from .shortlist import Shortlist
 from .verify import Verdict
 
 
@@ -29,8 +30,15 @@ def restricted_row(row: np.ndarray, matcher: Matcher) -> np.ndarray:
 
 
 def constrained_dist(row: np.ndarray, sampling: SamplingParams, matcher: Matcher) -> Dist:
-    """The target's distribution at this position under the constraint (sampling only)."""
-    dist = sampling.dist(restricted_row(row, matcher))
+    """The target's distribution at this position under the constraint (sampling only). Few allowed
+    tokens (a number, a key) are taken as a shortlist of their own; most of the vocabulary (inside a
+    string) as the row with the rest masked, where top-k's threshold search stays quick."""
+    mask = matcher.allowed()
+    ids = np.flatnonzero(mask)
+    if len(ids) * 2 < len(mask):
+        dist = sampling.dist(Shortlist(ids.astype(np.int32), row[ids]))
+    else:
+        dist = sampling.dist(np.where(mask, row, -np.inf).astype(np.float32, copy=False))
     if all(p > 0 for p in dist.p):
         return dist
     kept = [(i, p) for i, p in zip(dist.ids, dist.p) if p > 0]

@@ -1,8 +1,9 @@
 """Benchmark prompts: the built-in categories shipped with the package, or a user's JSONL file.
 
-One JSON object per line: {"prompt": ..., "category": ..., "id": ..., "system": ...}; only
-"prompt" is required. Every bad line is reported with its number in one error, so a file is fixed
-in one go rather than line by line.
+One JSON object per line: {"prompt": ..., "category": ..., "id": ..., "system": ..., "schema": ...};
+only "prompt" is required. A "schema" (a JSON Schema object) constrains every run of its prompt; it
+is compiled here, so a bad one fails before any model loads. Every bad line is reported with its
+number in one error, so a file is fixed in one go rather than line by line.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ..engine import constraint as constraints
+from ..engine.constraint import Constraint, ConstraintError
 from ..errors import InputError, read_text_file
 
 CATEGORIES = ("code-generation", "code-editing", "structured-output", "question-answering", "creative-writing")
@@ -30,6 +33,12 @@ class BenchPrompt:
     category: str
     prompt: str
     system: str | None = None
+    constraint: Constraint | None = None  # the prompt's JSON schema, compiled: every run's answer must match it
+
+    @property
+    def schema(self) -> dict | None:
+        """The JSON schema every answer is checked against (None: unconstrained)."""
+        return json.loads(self.constraint.source) if self.constraint is not None else None
 
     def prediction(self) -> str | None:
         """The prompt's last fenced code block (the file an edit starts from), as OpenAI's predicted
@@ -52,6 +61,7 @@ def parse_lines(lines: Iterable[str], origin: str) -> list[BenchPrompt]:
     errors: list[str] = []
     seen: dict[str, int] = {}
     count: dict[str, int] = {}
+    bad_schemas = 0
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -67,16 +77,21 @@ def parse_lines(lines: Iterable[str], origin: str) -> list[BenchPrompt]:
                 why = f'id "{pid}" repeats line {seen[pid]}'
             else:
                 seen[pid] = number
-                prompts.append(BenchPrompt(pid, category, item["prompt"], item.get("system")))
+                compiled, why = _compile(item.get("schema"), pid)
+                if why is None:
+                    prompts.append(BenchPrompt(pid, category, item["prompt"], item.get("system"), compiled))
+                else:
+                    bad_schemas += 1
         if why is not None:
             errors.append(f"line {number}: {why}")
     if errors:
         shown = "; ".join(errors[:SHOWN_ERRORS]) + (
             f"; and {len(errors) - SHOWN_ERRORS} more" if len(errors) > SHOWN_ERRORS else ""
         )
-        raise InputError(
-            f"{origin}: {len(errors)} bad line(s): {shown}", 'each line must be a JSON object with a "prompt" string'
-        )
+        hint = 'each line must be a JSON object with a "prompt" string'
+        if bad_schemas == len(errors):
+            hint = "fix the schema"
+        raise InputError(f"{origin}: {len(errors)} bad line(s): {shown}", hint)
     if not prompts:
         raise InputError(
             f"{origin} holds no prompts", 'write one JSON object per line, e.g. {"prompt": "...", "category": "qa"}'
@@ -98,7 +113,24 @@ def _parse_line(line: str) -> tuple[dict, str | None]:
     for key in ("category", "id", "system"):
         if key in item and item[key] is not None and not isinstance(item[key], str):
             return {}, f'"{key}" must be a string'
+    if item.get("schema") is not None and not isinstance(item["schema"], dict):
+        return {}, '"schema" must be a JSON object (a JSON Schema)'
     return item, None
+
+
+def _compile(schema: dict | None, pid: str) -> tuple[Constraint | None, str | None]:
+    """(the prompt's compiled schema, None), (None, None) without one, or (None, why it is bad)."""
+    if schema is None:
+        return None, None
+    try:
+        return constraints.json_schema(schema, what=f"the schema of prompt {pid}"), None
+    except ConstraintError as error:
+        return None, error.message
+    except ImportError:
+        raise InputError(
+            f"prompt {pid} has a schema, and constrained answers need the llguidance package",
+            "pip install llguidance",
+        ) from None
 
 
 def load_file(path: Path) -> list[BenchPrompt]:

@@ -37,6 +37,15 @@ def _range(low, high, digits: int = 2) -> str:
 
 
 def _identical(row: dict, compact: bool = False) -> str:
+    """The identity verdict, and answers that failed their schema (either is a finding)."""
+    invalid = row.get("invalid_answers")
+    if not invalid:
+        return _same(row, compact)
+    same = _same(row, compact)
+    return ("" if same == "—" else f"{same}; ") + f"{invalid} invalid" + ("" if compact else " JSON")
+
+
+def _same(row: dict, compact: bool) -> str:
     if row.get("synthetic_acceptance") is not None:
         return "synthetic" if compact else "not checked (synthetic acceptance)"
     if row["identical"] is None:
@@ -126,6 +135,9 @@ def summary_lines(doc: dict) -> list[str]:
         if check["diverged"]:
             verdict += f"; {check['diverged']} diverged, {check['near_ties']} of them at near-ties"
         lines.append(verdict)
+    schema = check.get("schema") or {}
+    if schema.get("prompts"):
+        lines.append(_schema_line(schema))
     synthetic = sorted(
         {r["synthetic_acceptance"] for r in doc["categories"] if r.get("synthetic_acceptance") is not None}
     )
@@ -143,6 +155,20 @@ def summary_lines(doc: dict) -> list[str]:
         f"{names} · {env['threads']} threads · {env['gpu_layers']} GPU layers · wall {doc['wall_time_s']:.1f} s"
     )
     return lines
+
+
+def _schema_line(schema: dict) -> str:
+    """How the answers of the prompts with a JSON schema fared."""
+    checked = "parse and validate against it" if schema["validated"] else "parse as JSON (jsonschema not installed)"
+    line = (
+        f"{schema['prompts']} prompt{'s' if schema['prompts'] != 1 else ''} constrained by a JSON schema in every "
+        f"configuration: {schema['valid']}/{schema['answers']} answers {checked}"
+    )
+    if schema["invalid"]:
+        line += f"; {schema['invalid']} invalid"
+    if schema["cut_off"]:
+        line += f"; {schema['cut_off']} cut off at --max-tokens before the answer closed (not checked)"
+    return line
 
 
 def _ranked(candidate: dict | None) -> str:

@@ -15,7 +15,10 @@ Figures, and why each is computed as it is:
   (bench --synthetic-acceptance): its speed is the pipeline's at that acceptance, its output not
   the model's, so it is never checked against plain decoding (`identical` is None);
 - predicted speedup applies the cost model to the steps the runs took, with the calibrated costs;
-  efficiency = speedup / predicted.
+  efficiency = speedup / predicted;
+- forced counts the tokens a prompt's schema forced ahead of the drafts (keys, brackets): certain
+  tokens, in neither drafted nor accepted; invalid_answers counts the runs of schema prompts whose
+  answer failed to parse or validate (None: no prompt of the row has a schema).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .. import defaults
 from ..engine.auto.cost_model import expected_tokens
 from . import costmodel
 from .prompts import ALL
-from .runner import BenchResult, Check, Config, RunRecord
+from .runner import CUT_OFF, INVALID, VALID, BenchResult, Check, Config, RunRecord
 
 SCHEMA = "specrun.bench/1"
 CPU_SHARE_WARN = 0.8
@@ -69,6 +72,7 @@ ROW_FIELDS = (
     "acceptance_by_position",
     "drafted",
     "accepted",
+    "forced",
     "steps",
     "draft_time_s",
     "verify_time_s",
@@ -80,6 +84,7 @@ ROW_FIELDS = (
     "diverged_prompts",
     "divergence_position",
     "violations",
+    "invalid_answers",
     "flagged_runs",
 )
 
@@ -159,6 +164,7 @@ class Aggregator:
             **self._pooled(runs, config),
             "drafted": _median_low(s.drafted for s in stats),
             "accepted": _median_low(s.accepted for s in stats),
+            "forced": _median_low(s.forced_tokens for s in stats),
             "steps": _median_low(s.steps for s in stats),
             "draft_time_s": spread(s.draft_time for s in stats)[0],
             "verify_time_s": spread(s.verify_time for s in stats)[0],
@@ -207,6 +213,7 @@ class Aggregator:
                 **self._pooled(runs, config),
                 "drafted": _sum(row["drafted"] for row in rows),
                 "accepted": _sum(row["accepted"] for row in rows),
+                "forced": _sum(row["forced"] for row in rows),
                 "steps": _sum(row["steps"] for row in rows),
                 "draft_time_s": _sum(row["draft_time_s"] for row in rows),
                 "verify_time_s": _sum(row["verify_time_s"] for row in rows),
@@ -288,10 +295,19 @@ class Aggregator:
     def _correctness(self, keys: Sequence[tuple[int, int]]) -> dict:
         """identical: every temperature-0 run matched plain (None: not checked)."""
         checks = [ch for key in keys for ch in self.checks.get(key, [])]
-        judged = [r.identity for key in keys for r in self.by_key.get(key, []) if r.identity is not None]
+        runs = [r for key in keys for r in self.by_key.get(key, [])]
+        judged = [r.identity for r in runs if r.identity is not None]
         violations = sum(len(i.violations) for i in judged) if judged else None
+        answers = [r.schema_check for r in runs if r.schema_check is not None]
+        invalid = sum(1 for a in answers if a.verdict == INVALID) if answers else None
         if not checks:
-            return {"identical": None, "diverged_prompts": None, "divergence_position": None, "violations": violations}
+            return {
+                "identical": None,
+                "diverged_prompts": None,
+                "divergence_position": None,
+                "violations": violations,
+                "invalid_answers": invalid,
+            }
         diverged = {ch.prompt for ch in checks if ch.position is not None}
         positions = [ch.position for ch in checks if ch.position is not None]
         return {
@@ -299,6 +315,7 @@ class Aggregator:
             "diverged_prompts": len(diverged),
             "divergence_position": min(positions, default=None),
             "violations": violations,
+            "invalid_answers": invalid,
         }
 
 
@@ -392,6 +409,7 @@ def correctness(result: BenchResult, pieces=None) -> dict:
     return {
         "checked": len(result.checks),
         "identical": sum(1 for ch in result.checks if ch.position is None),
+        "schema": schema_checks(result),
         "diverged": len(divergences),
         "near_ties": sum(1 for d in divergences if d.get("near_tie")),
         "divergences": divergences,
@@ -402,6 +420,39 @@ def correctness(result: BenchResult, pieces=None) -> dict:
         "tolerance": judged[0].identity.tolerance if judged else None,
         "findings": findings,
     }
+
+
+def schema_checks(result: BenchResult) -> dict:
+    """The answers of prompts with a JSON schema: how many parsed and validated, which did not."""
+    answers = [r for r in result.records if r.schema_check is not None]
+    return {
+        "prompts": sum(1 for p in result.prompts if p.constraint is not None),
+        "answers": len(answers),
+        "valid": sum(1 for r in answers if r.schema_check.verdict == VALID),
+        "invalid": sum(1 for r in answers if r.schema_check.verdict == INVALID),
+        "cut_off": sum(1 for r in answers if r.schema_check.verdict == CUT_OFF),
+        "validated": all(r.schema_check.validated for r in answers),
+        "failures": [
+            {
+                "prompt_id": result.prompts[r.prompt].id,
+                "config": result.configs[r.config].id,
+                "label": result.configs[r.config].label(True),
+                "run": r.rep + 1,
+                "error": r.schema_check.error,
+            }
+            for r in answers
+            if r.schema_check.verdict == INVALID
+        ],
+    }
+
+
+def schema_warnings(checks: dict) -> list[str]:
+    """A warning per answer that failed its schema (a bug: the constraint should make every answer
+    valid), naming the prompt, configuration and run."""
+    return [
+        f"the answer of {f['prompt_id']} ({f['label']}, run {f['run']}) does not match its schema: {f['error']}"
+        for f in checks["failures"]
+    ]
 
 
 def run_share(record: RunRecord, threads: int) -> float | None:
@@ -494,6 +545,8 @@ def document(result: BenchResult, environment: dict, settings: dict, pieces=None
     order = categories + [ALL]
     category_rows.sort(key=lambda row: (order.index(row["category"]), _config_order(result, row["config"])))
     figures, warnings = noise(result, environment, prompt_rows)
+    checked = correctness(result, pieces)
+    warnings += schema_warnings(checked["schema"])
     return {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -503,11 +556,12 @@ def document(result: BenchResult, environment: dict, settings: dict, pieces=None
         "calibration": result.calibration.to_dict() if result.calibration else None,
         "configurations": [c.to_dict() for c in result.configs],
         "prompt_set": [
-            {"id": p.id, "category": p.category, "prompt_tokens": n} for p, n in zip(prompts, result.prompt_lengths)
+            {"id": p.id, "category": p.category, "prompt_tokens": n, "schema": p.schema}
+            for p, n in zip(prompts, result.prompt_lengths)
         ],
         "categories": category_rows,
         "prompts": prompt_rows,
-        "correctness": correctness(result, pieces),
+        "correctness": checked,
         "noise": figures,
         "warnings": warnings,
         "runs": [_run_entry(result, r) for r in result.records],
@@ -527,5 +581,6 @@ def _run_entry(result: BenchResult, record: RunRecord) -> dict:
         "stats": record.stats.to_dict(),
         "cpu_share": None if share is None else round(share, 3),
         "disturbed": disturbed(record, max(result.threads, 1)),
+        "schema_check": record.schema_check.to_dict() if record.schema_check is not None else None,
         "text": record.text,
     }

@@ -5,7 +5,8 @@ timed; warm-up runs; a short calibration of the raw decode costs the cost model 
 `runs` repetitions in which the configurations of each prompt run back to back (A B, then B A, …), so
 drift on a noisy machine hits all of them alike. Every run starts from empty KV caches, so each
 one prefills its prompt and times to first token compare. Seeds are fixed: prompt i uses seed + i
-in every configuration and repetition.
+in every configuration and repetition. A prompt with a JSON schema constrains every configuration's
+runs, plain decoding's included, and each answer is checked against the schema afterwards.
 
 This module runs and checks; `bench_report` turns the records into the document users read.
 Nothing here imports the CLI, so a script can benchmark a Pair directly.
@@ -13,6 +14,7 @@ Nothing here imports the CLI, so a script can benchmark a Pair directly.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -25,7 +27,10 @@ from .. import defaults
 from ..engine import identity
 from ..engine.auto.cost_model import Costs
 from ..engine.auto.costs import measure as measure_costs
+from ..engine.constrained import restricted_row
+from ..engine.constraint import Constraint
 from ..engine.identity import IdentityCheck, rank, tolerance_from_noise
+from ..engine.matcher import Matcher, grammar_tokenizer
 from ..engine.sequence import GenerationSettings
 from ..engine.stats import Stats
 from ..engine.verify import SyntheticAcceptance
@@ -149,14 +154,25 @@ class BenchSettings:
     def max_tokens(self) -> int:
         return self.base.max_tokens
 
-    def generation(self, config: Config, prompt_index: int, max_tokens: int | None = None) -> GenerationSettings:
-        """Settings for one run: the prompt's fixed seed, the configuration's K and temperature."""
+    def generation(
+        self,
+        config: Config,
+        prompt_index: int,
+        max_tokens: int | None = None,
+        constraint: Constraint | None = None,
+    ) -> GenerationSettings:
+        """Settings for one run: the prompt's fixed seed and constraint, the configuration's K and
+        temperature. A synthetic configuration runs unconstrained: its tokens are not the model's,
+        so no constraint could follow them."""
+        if config.synthetic is not None:
+            constraint = None
         return replace(
             self.base,
             max_tokens=self.base.max_tokens if max_tokens is None else max_tokens,
             sampling=replace(self.base.sampling, temperature=config.temperature),
             seed=(self.base.seed or 0) + prompt_index,
             draft_max=0 if config.plain else config.draft_max,
+            constraint=constraint,
         )
 
     def to_dict(self) -> dict:
@@ -190,6 +206,21 @@ class StepSample:
     verify_s: float
 
 
+@dataclass(frozen=True)
+class SchemaCheck:
+    """A constrained answer parsed as JSON and validated against its prompt's schema."""
+
+    verdict: str  # VALID, INVALID, or CUT_OFF: the answer stopped at max tokens before it closed (not judged)
+    error: str | None = None  # why it is invalid, one line
+    validated: bool = True  # False: parsed only (jsonschema is not installed, or could not follow the schema)
+
+    def to_dict(self) -> dict:
+        return {"verdict": self.verdict, "error": self.error, "validated": self.validated}
+
+
+VALID, INVALID, CUT_OFF = "valid", "invalid", "cut off"
+
+
 @dataclass
 class RunRecord:
     """One measured generation."""
@@ -202,6 +233,7 @@ class RunRecord:
     stats: Stats
     steps: list[StepSample] = field(default_factory=list)
     identity: IdentityCheck | None = None  # temperature 0: every token against the target's own logits
+    schema_check: SchemaCheck | None = None  # a constrained prompt's answer against its schema
 
 
 @dataclass(frozen=True)
@@ -262,7 +294,7 @@ class BenchEngine(Protocol):
 
     def calibrate(self, tokens: list[int], batch_sizes: Sequence[int], reps: int) -> Calibration: ...
 
-    def output_rows(self, prompt: list[int], output: list[int]) -> np.ndarray: ...
+    def output_rows(self, prompt: list[int], output: list[int], constraint: Constraint | None = None) -> np.ndarray: ...
 
     def logit_noise(self, tokens: list[int]) -> float: ...
 
@@ -354,16 +386,54 @@ def compare(records: Sequence[RunRecord], configs: Sequence[Config]) -> list[Che
     return checks
 
 
+def check_answer(text: str, schema: dict, cut_off: bool) -> SchemaCheck:
+    """An answer parsed as JSON and validated against `schema` with jsonschema (parsed only when
+    jsonschema is not installed). One that stopped at max tokens before it parsed was cut off: the
+    budget was short, the answer not wrong."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        if cut_off:
+            return SchemaCheck(CUT_OFF)
+        return SchemaCheck(INVALID, f"not JSON: {error.msg} at line {error.lineno} column {error.colno}")
+    try:
+        import jsonschema
+    except ImportError:
+        return SchemaCheck(VALID, validated=False)
+    try:
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        found = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    except Exception as error:  # a schema jsonschema cannot follow (an unresolvable $ref): parsed only
+        return SchemaCheck(VALID, f"not validated: {str(error).splitlines()[0][:200]}", validated=False)
+    if found is None:
+        return SchemaCheck(VALID)
+    where = "/".join(map(str, found.absolute_path))
+    return SchemaCheck(INVALID, f"{'at /' + where + ': ' if where else ''}{found.message}"[:300])
+
+
+def check_answers(records: Sequence[RunRecord], prompts: Sequence[BenchPrompt]) -> None:
+    """Every answer of a prompt with a schema, checked against it (`RunRecord.schema_check`)."""
+    schemas = {i: p.schema for i, p in enumerate(prompts) if p.constraint is not None}
+    for record in records:
+        schema = schemas.get(record.prompt)
+        if schema is not None:
+            cut_off = record.stats.stop_reason in ("max_tokens", "context")
+            record.schema_check = check_answer(record.text, schema, cut_off)
+
+
 def verify_identity(
     checks: Sequence[Check],
     records: Sequence[RunRecord],
     configs: Sequence[Config],
     prompt_tokens: Sequence[list[int]],
     engine: BenchEngine,
+    constraints: Sequence[Constraint | None] | None = None,
 ) -> None:
     """Check every temperature-0 run, plain decoding included, token by token against the target's
     own logits from one batched pass over prompt + output (engine.identity), and rank both tokens
-    at each divergence from plain decoding. Identical outputs are checked once.
+    at each divergence from plain decoding. Identical outputs are checked once. A constrained
+    prompt's outputs are judged on the logits the constraint allows at each position (`constraints`,
+    by prompt), as constrained decoding chose from them.
 
     The tolerance is twice the measured arithmetic noise (how far a token's logits move between a
     pass of its own and a batch, on this machine), at least identity.NEAR_TIE_LOGITS: on the
@@ -383,7 +453,7 @@ def verify_identity(
             diverged.setdefault(check.plain_record, []).append(check)
     for (p, output), indices in outputs.items():
         prompt = list(prompt_tokens[p])
-        rows = engine.output_rows(prompt, list(output))
+        rows = engine.output_rows(prompt, list(output), constraints[p] if constraints else None)
         result = identity.judge_rows(
             rows, output, tolerance, lambda prompt=prompt, output=output: engine.output_noise(prompt, list(output))
         )
@@ -432,9 +502,10 @@ def run_bench(
     for _ in range(settings.warmup):
         for config in configs:
             progress("warm-up", done, total, config.label(True))
-            engine.run(
-                tokens[shortest], config, settings.generation(config, shortest, min(settings.max_tokens, WARMUP_TOKENS))
+            warm = settings.generation(
+                config, shortest, min(settings.max_tokens, WARMUP_TOKENS), prompts[shortest].constraint
             )
+            engine.run(tokens[shortest], config, warm)
             done += 1
     progress("calibration", done, total, "decode costs")
     calibration = engine.calibrate(tokens[shortest], calibration_sizes(configs), CALIBRATION_REPS)
@@ -444,13 +515,15 @@ def run_bench(
     for rep, p, c in order:
         progress("run", done, total, f"run {rep + 1}/{settings.runs} · {prompts[p].id} · {configs[c].label(True)}")
         prediction = predicted[p] if configs[c].predicted else None
-        out, text, stats, steps = engine.run(tokens[p], configs[c], settings.generation(configs[c], p), prediction)
+        generation = settings.generation(configs[c], p, constraint=prompts[p].constraint)
+        out, text, stats, steps = engine.run(tokens[p], configs[c], generation, prediction)
         records.append(RunRecord(rep, p, c, out, text, stats, steps))
         done += 1
     cpu_s, measure_s = _cpu_seconds() - cpu_start, time.perf_counter() - measure_start
     progress("check", done, total, "comparing outputs")
     checks = compare(records, configs)
-    verify_identity(checks, records, configs, tokens, engine)
+    verify_identity(checks, records, configs, tokens, engine, [p.constraint for p in prompts])
+    check_answers(records, prompts)
     progress("done", total, total, "")
     return BenchResult(
         list(prompts),
@@ -507,6 +580,8 @@ class PairEngine:
         self.threads = pair.threads
 
     def prompt_tokens(self, prompt: BenchPrompt) -> list[int]:
+        if prompt.constraint is not None:
+            grammar_tokenizer(self.pair.target_model)  # built once per model: not in the first timed run
         return self.pair.prompt_tokens(prompt.prompt, chat=self.chat, system=prompt.system, variables=self.variables)
 
     def prediction_tokens(self, prompt: BenchPrompt) -> list[int] | None:
@@ -559,12 +634,21 @@ class PairEngine:
             len(tokens), costs.verify_s.get(1, 0.0), costs.verify_s, costs.draft_token_s, (costs.mtp_s or {}).get(1)
         )
 
-    def output_rows(self, prompt: list[int], output: list[int]) -> np.ndarray:
+    def output_rows(self, prompt: list[int], output: list[int], constraint: Constraint | None = None) -> np.ndarray:
         """The target's logits at every output position, from one batched pass (engine.identity);
-        the prompt's prefill is kept for the next output of the same prompt."""
+        the prompt's prefill is kept for the next output of the same prompt. Under a constraint,
+        each row keeps only the tokens it allows there: what constrained decoding chose from."""
         if self.session.draft_ctx is not None:
             self.session.draft_ctx.clear()
-        return identity.output_rows(self.session.target_ctx, prompt, output)
+        rows = identity.output_rows(self.session.target_ctx, prompt, output)
+        if constraint is None:
+            return rows
+        matcher = Matcher(constraint, self.pair.target_model)
+        allowed = []
+        for row, token in zip(rows, output):
+            allowed.append(restricted_row(row, matcher))
+            matcher.consume([token])
+        return np.stack(allowed) if allowed else rows
 
     def logit_noise(self, tokens: list[int]) -> float:
         """How far batching moves the target's top logits here, on the tail of `tokens`

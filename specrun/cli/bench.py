@@ -118,8 +118,9 @@ PromptsFile = Annotated[
     Path | None,
     typer.Option(
         "--prompts",
-        help='Your own prompts: JSONL, one {"prompt": ..., "category": ..., "id": ..., "system": ...} per line (only '
-        '"prompt" required).',
+        help='Your own prompts: JSONL, one {"prompt": ..., "category": ..., "id": ..., "system": ..., "schema": ...} '
+        'per line (only "prompt" required; a "schema", a JSON Schema object, constrains every run of its prompt and '
+        "each answer is checked against it).",
         rich_help_panel=BENCH,
     ),
 ]

@@ -114,7 +114,7 @@ class FakeEngine:
         self.calls.append(("calibrate", len(tokens), tuple(batch_sizes)))
         return Calibration(len(tokens), 0.010, {b: 0.010 * (1 + 0.25 * (b - 1)) for b in batch_sizes}, 0.002)
 
-    def output_rows(self, prompt, output):
+    def output_rows(self, prompt, output, constraint=None):
         """Plain's token 10 + i tops row i; the planted 999 is a near-tie (0.05 below) everywhere,
         and token 500 is far below (a violation if an output ever chose it)."""
         self.calls.append(("rows", len(prompt), len(output)))
@@ -726,7 +726,7 @@ class NoisyEngine(FakeEngine):
             out[2], out[5] = 999, 500
         return out, text, stats, steps
 
-    def output_rows(self, prompt, output):
+    def output_rows(self, prompt, output, constraint=None):
         rows = super().output_rows(prompt, output)
         rows[:, 500] = 1.0
         return rows
@@ -762,7 +762,7 @@ class DriftingEngine(NoisyEngine):
     """The draft run's token at position 5 lies 0.5 below the top: beyond twice the prompt's noise
     (0.1), within twice the noise measured along the output (0.3)."""
 
-    def output_rows(self, prompt, output):
+    def output_rows(self, prompt, output, constraint=None):
         rows = super().output_rows(prompt, output)
         rows[:, 500] = 4.5
         return rows

@@ -87,7 +87,11 @@ def regex(pattern: str) -> Constraint:
     import llguidance
 
     _check_size(pattern, "the regex")
-    return _checked(Constraint("regex", pattern, llguidance.LLMatcher.grammar_from_regex(pattern)), "the regex")
+    try:
+        compiled = llguidance.LLMatcher.grammar_from_regex(pattern)
+    except (ValueError, TypeError) as error:
+        raise ConstraintError(f"the regex is invalid: {_first_line(error)}", "fix the regex") from None
+    return _checked(Constraint("regex", pattern, compiled), "the regex")
 
 
 def grammar(text: str, *, what: str = "the grammar") -> Constraint:
@@ -101,7 +105,11 @@ def grammar(text: str, *, what: str = "the grammar") -> Constraint:
         lark = text if kind == "lark" else any_to_lark(text)
     except Exception as error:  # the converter raises its own and Python's errors alike
         raise ConstraintError(f"{what} is not valid GBNF: {_first_line(error)}", "fix the grammar") from None
-    return _checked(Constraint(kind, text, llguidance.LLMatcher.grammar_from_lark(lark)), what)
+    try:
+        compiled = llguidance.LLMatcher.grammar_from_lark(lark)
+    except (ValueError, TypeError) as error:
+        raise ConstraintError(f"{what} is invalid: {_first_line(error)}", "fix the grammar") from None
+    return _checked(Constraint(kind, text, compiled), what)
 
 
 def _json_options() -> dict:

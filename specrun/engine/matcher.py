@@ -42,6 +42,15 @@ def grammar_tokenizer(model: Model):
     return cached
 
 
+_WHAT = {  # how an error names a constraint of each kind
+    "json_schema": "JSON schema",
+    "json_object": "JSON schema",
+    "regex": "regex",
+    "lark": "grammar",
+    "gbnf": "grammar",
+}
+
+
 class Matcher:
     """Where one answer stands in its constraint: what may come next, what is forced, and whether
     it may (or must) end."""
@@ -59,7 +68,7 @@ class Matcher:
     def _check(self) -> None:
         if self._matcher.is_error():
             raise ConstraintError(
-                f"the {self.constraint.kind.replace('_', ' ')} cannot be matched: "
+                f"the {_WHAT[self.constraint.kind]} cannot be matched: "
                 f"{self._matcher.get_error().splitlines()[0][:300]}",
                 "fix it or simplify it",
             )

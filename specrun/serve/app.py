@@ -3,9 +3,10 @@ events), models, health and Prometheus metrics; errors in OpenAI's envelope.
 
 Events come from the engine thread through a sink that hops onto this event loop. A client that
 goes away (a closed stream, or a dropped connection while it waits for a whole answer) cancels
-its request, which leaves the batch at the next step. What is checked before a body is read
-(Host, API key, size, content type, CORS) is in guards.py; the OpenAPI document, served at
-/openapi.json, gives max_tokens this server's bound (its context).
+its request, which leaves the batch at the next step; a constrained stream starts with its first
+token, so that a constraint the engine refuses is a 400 like any other. What is checked before a
+body is read (Host, API key, size, content type, CORS) is in guards.py; the OpenAPI document,
+served at /openapi.json, gives max_tokens this server's bound (its context).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from starlette.middleware.cors import CORSMiddleware
 
 from .guards import BearerAuth, BodyLimit, JsonOnly, LoopbackHostOnly
 from .reasoning import ChatText
+from .requests import Job
 from .schemas import (
     MAX_TOKENS_FIELDS,
     ChatRequest,
@@ -41,9 +43,10 @@ from .service import RequestError, Service
 from .worker import EngineStopped, Event, Handle, QueueFull, ShuttingDown
 
 CLIENT_GONE = 499  # nginx's status for a client that closed the connection; nobody receives it
+GONE = object()  # what a wait returns when the client went away meanwhile
 UNION_TAG = re.compile(
-    r"[\[\]\-,]|^(str|int|float|bool|dict|list|none)$"
-)  # pydantic's names of a union's members in an error's loc
+    r"[\[\]\-,=]|^(str|int|float|bool|dict|list|none)$"
+)  # pydantic's names of a union's members in an error's loc (schemas.py tags its own with a `=`)
 
 
 class ApiError(Exception):
@@ -105,6 +108,9 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
         handle, events = _submit(service, job, body.stream)
         answer_text = ChatText(job)
         if body.stream:
+            opened = await _opening(job, handle, events, request)
+            if opened is GONE:
+                return Response(status_code=CLIENT_GONE)
             first = chat_chunk(rid, model, {"role": "assistant", "content": ""})
 
             def piece(ev: Event) -> dict | None:
@@ -120,6 +126,7 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
                 piece,
                 lambda ev: chat_chunk(rid, model, {}, ev.finish_reason, ev.report),
                 body.return_tokens,
+                opened,
             )
         answer = await _collect(handle, events, request)
         if answer is None:
@@ -134,6 +141,9 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
         rid = new_id("cmpl")
         handle, events = _submit(service, job, body.stream)
         if body.stream:
+            opened = await _opening(job, handle, events, request)
+            if opened is GONE:
+                return Response(status_code=CLIENT_GONE)
             return _stream(
                 handle,
                 events,
@@ -145,6 +155,7 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
                 ),
                 lambda ev: completion_response(rid, model, "", ev.finish_reason, ev.report),
                 body.return_tokens,
+                opened,
             )
         answer = await _collect(handle, events, request)
         if answer is None:
@@ -234,7 +245,41 @@ def _event_error(event: Event) -> ApiError:
         )
     if event.error == "engine_stopped":
         return ApiError(503, event.message or "the engine stopped", "server_error", None, "engine_stopped")
+    if event.error == "invalid_schema":
+        return ApiError(400, event.message or "invalid constraint", "invalid_request_error", event.param, event.error)
     return ApiError(500, event.message or "the request failed", "server_error", None, event.error)
+
+
+async def _next(events: Feed, gone: asyncio.Future) -> Event | None:
+    """The request's next event; None once the client has gone."""
+    get = asyncio.ensure_future(events.get())
+    done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if get not in done:
+        get.cancel()
+        return None
+    return get.result()
+
+
+async def _opening(job: Job, handle: Handle, events: Feed, request: Request) -> Event | None | object:
+    """A constrained stream's first event, awaited before the response starts, so that a constraint
+    the engine refuses when the request starts is a 400 rather than an error inside a 200 stream:
+    the error is raised; GONE when the client left meanwhile (the request is cancelled); None, at
+    once, for a stream without a constraint."""
+    if job.settings.constraint is None:
+        return None
+    gone = asyncio.ensure_future(_disconnected(request))
+    event = None
+    try:
+        event = await _next(events, gone)
+    finally:
+        gone.cancel()
+        if event is None or event.error:
+            handle.cancel()
+    if event is None:
+        return GONE
+    if event.error:
+        raise _event_error(event)
+    return event
 
 
 async def _collect(handle: Handle, events: Feed, request: Request) -> tuple[Event, str, list[int]] | None:
@@ -243,12 +288,9 @@ async def _collect(handle: Handle, events: Feed, request: Request) -> tuple[Even
     gone = asyncio.ensure_future(_disconnected(request))
     try:
         while True:
-            get = asyncio.ensure_future(events.get())
-            done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if get not in done:
-                get.cancel()
+            event = await _next(events, gone)
+            if event is None:
                 return None
-            event = get.result()
             if event.error:
                 raise _event_error(event)
             if event.done:
@@ -277,17 +319,23 @@ def _stream(
     piece: Callable[[Event], dict | None],
     last: Callable[[Event], dict],
     with_tokens: bool = False,
+    opened: Event | None = None,
 ) -> StreamingResponse:
     """Server-sent events: an opening chunk, one chunk per step with new text (or new tokens, when
     they are asked for; `piece` gives None when a step has nothing to send), a final chunk with
-    finish_reason, usage and timings, then [DONE]. A closed connection cancels the request."""
+    finish_reason, usage and timings, then [DONE]. A closed connection cancels the request.
+    `opened`: the first event, when it was awaited before the response started."""
 
     async def body() -> AsyncIterator[str]:
+        held = opened
         try:
             if first is not None:
                 yield _sse(first)
             while True:
-                event = await events.get()
+                if held is not None:
+                    event, held = held, None
+                else:
+                    event = await events.get()
                 if event.error:
                     yield _sse(_event_error(event).body)
                     break

@@ -30,6 +30,7 @@ class Job:
     inside_reasoning: bool = False  # the prompt opened the reasoning
     given: dict[str, object] = field(default_factory=dict)  # per drafter, what the request hands it (Engine.admit)
     boundaries: tuple[int, ...] = ()  # where a later prompt may part from this one (Engine.admit)
+    constraint_param: str | None = None  # the field settings.constraint came from, for a 400 at admission
 
 
 def finish_reason(state: SequenceState) -> str:
@@ -38,7 +39,8 @@ def finish_reason(state: SequenceState) -> str:
 
 def report(state: SequenceState, *, predicted: bool = False) -> dict:
     """usage (with OpenAI's counts of predicted tokens, when the request brought a prediction) and
-    llama-server's `timings` for the response."""
+    llama-server's `timings` for the response; for a constrained answer, `forced_n` there counts the
+    tokens its constraint forced (OpenAI's usage has no place for them)."""
     t = state.timings
     prompt_n = len(state.prompt) - state.cached
     end = t.finished or time.perf_counter()
@@ -59,20 +61,20 @@ def report(state: SequenceState, *, predicted: bool = False) -> dict:
             "accepted_prediction_tokens": accepted,
             "rejected_prediction_tokens": counts.get("drafted", 0) - accepted,
         }
-    return {
-        "usage": usage,
-        "timings": {
-            "cache_n": state.cached,
-            "prompt_n": prompt_n,
-            "prompt_ms": round(prompt_s * 1000, 3),
-            "prompt_per_token_ms": round(prompt_s * 1000 / prompt_n, 3) if prompt_n else None,
-            "prompt_per_second": round(prompt_n / prompt_s, 3) if prompt_s > 0 and prompt_n else None,
-            "predicted_n": predicted_n,
-            "predicted_ms": round(predicted_s * 1000, 3),
-            "predicted_per_token_ms": round(predicted_s * 1000 / steady, 3) if steady else None,
-            "predicted_per_second": round(steady / predicted_s, 3) if steady and predicted_s > 0 else None,
-            "draft_n": state.stats.drafted,
-            "draft_n_accepted": state.stats.accepted,
-            "queue_ms": round(((t.admitted or end) - t.arrived) * 1000, 3),
-        },
+    timings = {
+        "cache_n": state.cached,
+        "prompt_n": prompt_n,
+        "prompt_ms": round(prompt_s * 1000, 3),
+        "prompt_per_token_ms": round(prompt_s * 1000 / prompt_n, 3) if prompt_n else None,
+        "prompt_per_second": round(prompt_n / prompt_s, 3) if prompt_s > 0 and prompt_n else None,
+        "predicted_n": predicted_n,
+        "predicted_ms": round(predicted_s * 1000, 3),
+        "predicted_per_token_ms": round(predicted_s * 1000 / steady, 3) if steady else None,
+        "predicted_per_second": round(steady / predicted_s, 3) if steady and predicted_s > 0 else None,
+        "draft_n": state.stats.drafted,
+        "draft_n_accepted": state.stats.accepted,
+        "queue_ms": round(((t.admitted or end) - t.arrived) * 1000, 3),
     }
+    if state.settings.constraint is not None:
+        timings["forced_n"] = state.stats.forced_tokens
+    return {"usage": usage, "timings": timings}

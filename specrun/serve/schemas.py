@@ -2,14 +2,15 @@
 
 Strict types, as OpenAI's API has them: a temperature sent as the string "0.5" or a max_tokens of
 `true` is a 400, not silently converted. A field this server cannot honour is refused by name unless
-its value is the neutral one (an empty `logit_bias`, zero penalties, `response_format` text, no
-tools...), because a client that asked for it would otherwise get an answer that is not what it
-asked for; a field the server does not know at all is refused too, as OpenAI's API refuses unknown
-parameters. Fields that cannot change the answer (`user`, `metadata`, `store`, `service_tier`...)
-are accepted; a `prediction` is drafted from, which never changes the answer. Every number is
-bounded and every string must be text UTF-8 can encode (a lone surrogate is a 400 naming its field,
-not a failure deep in the tokenizer). `top_k`, `min_p`, `return_tokens`, `cache_prompt` and
-`chat_template_kwargs` are accepted as llama.cpp's server accepts them.
+its value is the neutral one (an empty `logit_bias`, zero penalties, no tools...), because a client
+that asked for it would otherwise get an answer that is not what it asked for; a field the server
+does not know at all is refused too, as OpenAI's API refuses unknown parameters. Fields that cannot
+change the answer (`user`, `metadata`, `store`, `service_tier`...) are accepted; a `prediction` is
+drafted from, which never changes the answer. Every number is bounded and every string must be text
+UTF-8 can encode (a lone surrogate is a 400 naming its field, not a failure deep in the tokenizer).
+`top_k`, `min_p`, `return_tokens`, `cache_prompt` and `chat_template_kwargs` are accepted as
+llama.cpp's server accepts them, and so are its `grammar` and `json_schema`, which constrain the
+answer as `response_format` does (service.py compiles them).
 
 The JSON schema of each refused-unless-neutral field lists the values accepted, so the OpenAPI
 document (/openapi.json) says exactly what the server takes.
@@ -21,7 +22,7 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 MAX_STOPS = 4  # as OpenAI allows
@@ -106,12 +107,6 @@ LogitBias = Annotated[
     AfterValidator(_no_bias),
     WithJsonSchema({"anyOf": [{"type": "object", "additionalProperties": {"const": 0}}, {"type": "null"}]}),
 ]
-ResponseFormat = _neutral(
-    JsonObject,
-    ({"type": "text"},),
-    '{"type": "text"}',
-    {"type": "object", "properties": {"type": {"const": "text"}}, "required": ["type"], "additionalProperties": False},
-)
 NoTools = _neutral(list[JsonObject], ([],), "[] (no tools)", {"type": "array", "maxItems": 0})
 NoToolChoice = _neutral(
     Text | JsonObject, ("none", "auto"), '"none" (or "auto", with no tools)', {"enum": ["none", "auto"]}
@@ -163,6 +158,56 @@ class StreamOptions(Strict):
     include_obfuscation: bool | None = None  # OpenAI's padding of streamed chunks; nothing to pad here
 
 
+class TextFormat(Strict):
+    """Free text: no constraint."""
+
+    type: Literal["text"]
+
+
+class JsonObjectFormat(Strict):
+    """Any JSON object."""
+
+    type: Literal["json_object"]
+
+
+class JsonSchemaSpec(Strict):
+    """OpenAI's structured output: JSON that `schema` validates (without one, any JSON object)."""
+
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]  # as OpenAI names it (so always encodable)
+    description: Text | None = None
+    schema_: JsonObject | None = Field(default=None, alias="schema")
+    strict: bool | None = None  # the answer always follows the schema, strict or not
+
+
+class JsonSchemaFormat(Strict):
+    """JSON that a schema validates."""
+
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+FORMATS = ("text", "json_object", "json_schema")
+
+
+def _format_tag(value: Any) -> str | None:
+    """The union member a response_format names by its `type`; its tag holds a `=` so that an
+    error's loc, as app.py reads it, names the field path without it."""
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return f"type={kind}" if isinstance(kind, str) and kind in FORMATS else None
+
+
+ResponseFormat = Annotated[
+    Annotated[TextFormat, Tag("type=text")]
+    | Annotated[JsonObjectFormat, Tag("type=json_object")]
+    | Annotated[JsonSchemaFormat, Tag("type=json_schema")],
+    Discriminator(
+        _format_tag,
+        custom_error_type="invalid_response_format",
+        custom_error_message="must be an object whose type is 'text', 'json_object' or 'json_schema'",
+    ),
+]
+
+
 class Sampling(Strict):
     """The fields both endpoints share."""
 
@@ -181,6 +226,11 @@ class Sampling(Strict):
     cache_prompt: bool | None = None  # llama.cpp's server; caches are always reused here, which changes no answer
     prediction: Prediction | None = None  # drafted from; it never changes the answer
     lookup_pool: bool | None = None  # false: prompt lookup drafts from this request's own text only
+
+    # What the answer must look like (at most one of them; service.py compiles it before the request queues).
+    response_format: ResponseFormat | None = None
+    grammar: Text | None = None  # llama-server's: GBNF or Lark; "" is none, as there
+    json_schema: JsonObject | None = None  # llama-server's: JSON that this schema validates
 
     # Refused unless neutral: they change the answer, and this server does not implement them.
     logit_bias: LogitBias = None
@@ -209,7 +259,6 @@ class ChatRequest(Sampling):
     # Refused unless neutral.
     logprobs: NotTrue = None
     top_logprobs: NoLogprobs = None
-    response_format: ResponseFormat = None
     tools: NoTools = None
     tool_choice: NoToolChoice = None
     functions: NoTools = None

@@ -14,8 +14,11 @@ from pathlib import Path
 
 from .. import defaults
 from ..engine import compute_thread
+from ..engine import constraint as constraints
 from ..engine.auto.costs import DecodeCosts
+from ..engine.constraint import Constraint, ConstraintError
 from ..engine.drafting.lookup import LookupStart
+from ..engine.matcher import grammar_tokenizer
 from ..engine.sampling import SamplingParams
 from ..engine.sequence import GenerationSettings, check_prompt_fits
 from ..errors import ContextOverflowError, SpecrunError
@@ -250,6 +253,7 @@ class Service:
         seed = (
             body.seed % 2**64 if body.seed is not None else None
         )  # any integer, as OpenAI's API takes (numpy wants ≥ 0)
+        constraint, constraint_param = self._constraint(body)
         settings = replace(
             base,
             max_tokens=max_tokens if max_tokens is not None else self.ctx_size,
@@ -257,8 +261,52 @@ class Service:
             seed=seed,
             stop=body.stops(),
             ignore_eos=False,
+            constraint=constraint,
         )
-        return Job(kind, tokens, settings, max_tokens_given=max_tokens, given=self._given(tokens, body))
+        return Job(
+            kind,
+            tokens,
+            settings,
+            max_tokens_given=max_tokens,
+            given=self._given(tokens, body),
+            constraint_param=constraint_param,
+        )
+
+    def _constraint(self, body: Sampling) -> tuple[Constraint | None, str | None]:
+        """What the answer must match, and the field that says so: compiled here, off the engine
+        thread and before the request queues, so a bad schema or grammar is a 400 naming its field."""
+        fields = {
+            "response_format": body.response_format is not None and body.response_format.type != "text",
+            "grammar": bool(body.grammar),
+            "json_schema": body.json_schema is not None,
+        }
+        given = [name for name, present in fields.items() if present]
+        if len(given) > 1:
+            named = " and ".join([", ".join(given[:-1]), given[-1]])
+            raise RequestError(
+                f"{named} each constrain the answer: send only one of them", given[-1], "conflicting_parameters"
+            )
+        if not given:
+            return None, None
+        param = given[0]
+        try:
+            if param == "grammar":
+                constraint = constraints.grammar(body.grammar, what="grammar")
+            elif param == "json_schema":
+                constraint = constraints.json_schema(body.json_schema, what="json_schema")
+            elif body.response_format.type == "json_object":
+                constraint = constraints.json_object()
+            else:
+                schema = body.response_format.json_schema.schema_
+                constraint = constraints.json_schema(
+                    schema if schema is not None else {"type": "object"}, what="response_format.json_schema.schema"
+                )
+        except ConstraintError as error:
+            raise RequestError(error.one_line(), param, "invalid_schema") from None
+        # The model's vocabulary as the constraint sees it is built once (a second for a large
+        # vocabulary): here, rather than on the engine thread while other answers wait.
+        grammar_tokenizer(self.engine.target.model)
+        return constraint, param
 
     def _given(self, tokens: list[int], body: Sampling) -> dict[str, object]:
         """What the request hands the drafters: its prediction's tokens, and prompt lookup's pool

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from .. import defaults
 from ..engine import compute_thread
 from ..engine.auto.control import Controller
+from ..engine.constraint import ConstraintError
 from ..engine.sequence import SequenceState
 from ..engine.step import Engine, StepReport, Update
 from .metrics import Metrics
@@ -61,7 +62,9 @@ def _describe(error: BaseException) -> str:
 @dataclass
 class Event:
     """A request's progress: new text and tokens; on the last event, why it ended and its report.
-    `error` ("shutting_down", "server_error", "engine_stopped") ends a request that was not answered in full."""
+    `error` ("shutting_down", "server_error", "engine_stopped", or "invalid_schema": a constraint the
+    model's vocabulary cannot match, a 400 naming the field `param`) ends a request that was not
+    answered in full."""
 
     text: str = ""
     tokens: list[int] = field(default_factory=list)
@@ -70,6 +73,7 @@ class Event:
     report: dict | None = None
     error: str | None = None
     message: str | None = None
+    param: str | None = None
 
 
 class Handle:
@@ -323,6 +327,11 @@ class Worker:
                 handle.sequence = self.engine.admit(
                     job.prompt, job.settings, arrived=handle.arrived, given=job.given, boundaries=job.boundaries
                 )
+            except ConstraintError as error:  # the client's to fix: a 400, as when compiling it refused it
+                self._fail(
+                    handle, "invalid_schema", error.one_line(), outcome="invalid", param=handle.job.constraint_param
+                )
+                continue
             except Exception as error:  # noqa: BLE001 - one request that cannot start fails alone (admit gave its sequence back)
                 self._fail(handle, "server_error", _describe(error), outcome="failed")
                 continue
@@ -395,12 +404,14 @@ class Worker:
             handle, Event(update.text, update.tokens, True, finish_reason(gen), report(gen, predicted=predicted))
         )
 
-    def _fail(self, handle: Handle, error: str, message: str, outcome: str = "rejected") -> None:
+    def _fail(
+        self, handle: Handle, error: str, message: str, outcome: str = "rejected", param: str | None = None
+    ) -> None:
         with self.changed:
             self._active.pop(handle.job.id, None)
             handle.done = True
             self.changed.notify_all()
-        self._send(handle, Event(done=True, error=error, message=message))
+        self._send(handle, Event(done=True, error=error, message=message, param=param))
         try:
             self.metrics.request(handle.job.kind, outcome)
         except Exception:  # noqa: BLE001 - the request has its answer; a metric that fails changes nothing for it

@@ -131,8 +131,6 @@ def test_nul_and_every_plane_reach_the_tokenizer_whole(server, pair, monkeypatch
     "field, value",
     [
         ("logit_bias", {"15": 5}),
-        ("response_format", {"type": "json_object"}),
-        ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
         ("presence_penalty", 0.5),
         ("frequency_penalty", -1),
         ("tools", [{"type": "function", "function": {"name": "f"}}]),
@@ -214,6 +212,8 @@ def test_neutral_values_and_harmless_fields_are_accepted(server):
         "logit_bias": {"5": 0},
         "presence_penalty": 0,
         "user": "u1",
+        "response_format": {"type": "text"},
+        "grammar": "",
     }
     assert post(server.url, COMPLETIONS, completion).status_code == 200
 
@@ -221,10 +221,11 @@ def test_neutral_values_and_harmless_fields_are_accepted(server):
 @pytest.mark.parametrize(
     "path, body, param",
     [
-        (CHAT, {"messages": HI, "grammar": "root ::= x"}, "grammar"),
+        (CHAT, {"messages": HI, "mirostat": 2}, "mirostat"),
         (CHAT, {"messages": HI, "max_tokens": 2, "repeat_penalty": 1.3}, "repeat_penalty"),
         (CHAT, {"messages": [{"role": "user", "content": "hi", "name": "bob"}]}, "messages.0.name"),
-        (COMPLETIONS, {"prompt": "abc", "json_schema": {}}, "json_schema"),
+        (COMPLETIONS, {"prompt": "abc", "n_probs": 3}, "n_probs"),
+        (CHAT, {"messages": HI, "response_format": {"type": "json_object", "schema": {}}}, "response_format.schema"),
     ],
 )
 def test_an_unknown_field_is_a_400_naming_it(server, path, body, param):

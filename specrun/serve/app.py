@@ -40,6 +40,7 @@ from .schemas import (
     new_id,
 )
 from .service import RequestError, Service
+from .tools import ToolDeltas, tool_calls_field
 from .worker import EngineStopped, Event, Handle, QueueFull, ShuttingDown
 
 CLIENT_GONE = 499  # nginx's status for a client that closed the connection; nobody receives it
@@ -112,28 +113,34 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
             if opened is GONE:
                 return Response(status_code=CLIENT_GONE)
             first = chat_chunk(rid, model, {"role": "assistant", "content": ""})
+            calls = ToolDeltas(job.tools) if job.tools is not None else None
 
-            def piece(ev: Event) -> dict | None:
+            def piece(ev: Event) -> dict | list[dict] | None:
                 delta = answer_text.delta(ev.text, final=ev.done)
+                if calls is not None:
+                    return _tool_chunks(rid, model, delta, calls, ev, body)
                 if not delta and not (body.return_tokens and ev.tokens):
                     return None
                 return _tokens(chat_chunk(rid, model, delta), ev.tokens, body)
 
-            return _stream(
-                handle,
-                events,
-                first,
-                piece,
-                lambda ev: chat_chunk(rid, model, {}, ev.finish_reason, ev.report),
-                body.return_tokens,
-                opened,
-            )
+            def closing(ev: Event) -> dict:
+                reason = "tool_calls" if calls is not None and calls.calls and ev.finish_reason == "stop" else None
+                return chat_chunk(rid, model, {}, reason or ev.finish_reason, ev.report)
+
+            return _stream(handle, events, first, piece, closing, body.return_tokens, opened)
         answer = await _collect(handle, events, request)
         if answer is None:
             return Response(status_code=CLIENT_GONE)
         last, text, tokens = answer
         content, reasoning = answer_text.whole(text)
-        return _tokens(chat_response(rid, model, content, last.finish_reason, last.report, reasoning), tokens, body)
+        finish, calls = last.finish_reason, None
+        if job.tools is not None:
+            parsed = job.tools.parse(content)
+            if parsed.calls:
+                content, calls = parsed.content or None, tool_calls_field(parsed)
+                finish = "tool_calls" if finish == "stop" else finish
+        response = chat_response(rid, model, content, finish, last.report, reasoning, calls)
+        return _tokens(response, tokens, body)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request):
@@ -312,11 +319,26 @@ def _sse(payload) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
 
 
+def _tool_chunks(rid: str, model: str, delta: dict, calls: ToolDeltas, ev: Event, body) -> list[dict]:
+    """A step's chunks when the answer may call tools: its reasoning as it comes, its content
+    through the call reader (content pieces, then each call's name and arguments)."""
+    chunks = []
+    if "reasoning_content" in delta:
+        chunks.append(chat_chunk(rid, model, {"reasoning_content": delta["reasoning_content"]}))
+    for part in calls.feed(delta.get("content", ""), final=ev.done):
+        chunks.append(chat_chunk(rid, model, part))
+    if body.return_tokens and ev.tokens:
+        if not chunks:
+            chunks.append(chat_chunk(rid, model, {}))
+        chunks[-1] = _tokens(chunks[-1], ev.tokens, body)
+    return chunks
+
+
 def _stream(
     handle: Handle,
     events: Feed,
     first: dict | None,
-    piece: Callable[[Event], dict | None],
+    piece: Callable[[Event], dict | list[dict] | None],
     last: Callable[[Event], dict],
     with_tokens: bool = False,
     opened: Event | None = None,
@@ -324,7 +346,8 @@ def _stream(
     """Server-sent events: an opening chunk, one chunk per step with new text (or new tokens, when
     they are asked for; `piece` gives None when a step has nothing to send), a final chunk with
     finish_reason, usage and timings, then [DONE]. A closed connection cancels the request.
-    `opened`: the first event, when it was awaited before the response started."""
+    `opened`: the first event, when it was awaited before the response started. `piece` may give
+    several chunks for one step (a tool call's name, then its arguments)."""
 
     async def body() -> AsyncIterator[str]:
         held = opened
@@ -340,8 +363,8 @@ def _stream(
                     yield _sse(_event_error(event).body)
                     break
                 payload = piece(event) if event.text or event.done or (with_tokens and event.tokens) else None
-                if payload is not None:
-                    yield _sse(payload)
+                for chunk in payload if isinstance(payload, list) else [payload] if payload is not None else []:
+                    yield _sse(chunk)
                 if event.done:
                     yield _sse(last(event))
                     break

@@ -6,10 +6,14 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .. import defaults
 from ..engine.sequence import GenerationSettings, SequenceState
 from ..models.reasoning import ReasoningTags
+
+if TYPE_CHECKING:
+    from .tools import ToolUse
 
 _ids = itertools.count(1)
 
@@ -31,6 +35,7 @@ class Job:
     given: dict[str, object] = field(default_factory=dict)  # per drafter, what the request hands it (Engine.admit)
     boundaries: tuple[int, ...] = ()  # where a later prompt may part from this one (Engine.admit)
     constraint_param: str | None = None  # the field settings.constraint came from, for a 400 at admission
+    tools: ToolUse | None = None  # the tools the answer may call, and how its calls are read
 
 
 def finish_reason(state: SequenceState) -> str:

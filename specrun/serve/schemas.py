@@ -22,10 +22,23 @@ import time
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 MAX_STOPS = 4  # as OpenAI allows
+MAX_TOOLS = 128  # tools a request may declare, and calls an assistant message may carry, as OpenAI allows
 MAX_INT32 = 2**31 - 1  # llama.cpp's int fields (top_k); larger means nothing more
 MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")  # bounded by the context at run time (service.py)
 
@@ -135,12 +148,71 @@ class TextPart(Strict):
     text: Text
 
 
+class FunctionCall(Strict):
+    name: Text
+    arguments: Text  # a JSON object, as text, as OpenAI sends it
+
+
+class MessageToolCall(Strict):
+    """A call an earlier assistant turn made (sent back with the conversation)."""
+
+    id: Text
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: Text | list[TextPart]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    tool_calls: Annotated[list[MessageToolCall], Field(max_length=MAX_TOOLS)] | None = None  # assistant turns
+    tool_call_id: Text | None = None  # a tool's answer: the call it answers
+    name: Text | None = None
+    # None: an assistant turn that only called tools (checked after the fields above, so an error names content)
+    content: Annotated[Text | list[TextPart] | None, Field(validate_default=True)] = None
+
+    @field_validator("content", mode="after")
+    @classmethod
+    def _content(cls, content, info: ValidationInfo):
+        if content is None and not (info.data.get("role") == "assistant" and info.data.get("tool_calls")):
+            raise PydanticCustomError(
+                "missing", "Field required (only an assistant turn with tool_calls may leave out its content)"
+            )
+        return content
+
+    @model_validator(mode="after")
+    def _shaped(self) -> Message:
+        if self.tool_calls is not None and self.role != "assistant":
+            raise PydanticCustomError("unexpected_tool_calls", "only an assistant message carries tool_calls")
+        if self.role == "tool" and not self.tool_call_id:
+            raise PydanticCustomError(
+                "missing_tool_call_id", "a tool message needs the tool_call_id of the call it answers"
+            )
+        return self
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class FunctionSpec(Strict):
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]  # as OpenAI names functions
+    description: Text | None = None
+    parameters: JsonObject | None = None  # a JSON schema of the arguments (none: no arguments)
+    strict: bool | None = None  # arguments always follow the schema when a call is required
+
+
+class Tool(Strict):
+    type: Literal["function"]
+    function: FunctionSpec
+
+
+class NamedFunction(Strict):
+    name: Text
+
+
+class NamedToolChoice(Strict):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class Prediction(Strict):
@@ -259,8 +331,8 @@ class ChatRequest(Sampling):
     # Refused unless neutral.
     logprobs: NotTrue = None
     top_logprobs: NoLogprobs = None
-    tools: NoTools = None
-    tool_choice: NoToolChoice = None
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     functions: NoTools = None
     function_call: NoToolChoice = None
     audio: NoObject = None
@@ -269,8 +341,7 @@ class ChatRequest(Sampling):
     verbosity: MediumVerbosity = None
     web_search_options: NoObject = None
 
-    # Accepted: without tools it asks for nothing.
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: bool | None = None  # false: at most one call (true, the default: one or more)
 
     def answer_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -309,10 +380,19 @@ def now() -> int:
 
 
 def chat_response(
-    rid: str, model: str, text: str, finish_reason: str, report: dict, reasoning: str | None = None
+    rid: str,
+    model: str,
+    text: str | None,
+    finish_reason: str,
+    report: dict,
+    reasoning: str | None = None,
+    tool_calls: list[dict] | None = None,
 ) -> dict:
-    """A whole chat answer; a thinking model's reasoning apart from its content, as llama-server gives it."""
+    """A whole chat answer; a thinking model's reasoning apart from its content, as llama-server
+    gives it; the tools it called, as OpenAI gives them (content null when it said nothing else)."""
     message = {"role": "assistant", "content": text, **({"reasoning_content": reasoning} if reasoning else {})}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
     return {
         "id": rid,
         "object": "chat.completion",

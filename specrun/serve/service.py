@@ -8,6 +8,7 @@ request means lives here, so the same service runs under uvicorn, in a test, or 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,11 +24,13 @@ from ..engine.sampling import SamplingParams
 from ..engine.sequence import GenerationSettings, check_prompt_fits
 from ..errors import ContextOverflowError, SpecrunError
 from ..models.chat_template import RESERVED
+from ..models.tool_calls import ToolSyntax, tool_syntax
 from ..runtime.pair import Pair
 from ..runtime.session import Session
 from .metrics import Metrics
 from .requests import Job
 from .schemas import MAX_TOKENS_FIELDS, ChatRequest, CompletionRequest, Sampling
+from .tools import ToolRequestError, ToolUse, call_constraint, template_messages, tool_use, warn_unread_syntax
 from .worker import Worker
 
 
@@ -87,6 +90,9 @@ class Service:
         # No token covers more bytes than the longest piece of the vocabulary (an unknown character,
         # at most 4 bytes, becomes one token), so a prompt of more bytes than this cannot fit.
         self.max_prompt_bytes = self.ctx_size * max(pair.target_model.longest_piece(), 4)
+        template = pair.chat_format.template
+        # How the target's chat template writes a tool call (None: no syntax specrun reads).
+        self.tool_syntax: ToolSyntax | None = tool_syntax(template.source if template is not None else None)
         # The cache of every finished request is kept for a follow-up: as many sequences again as decode together.
         # Caches given up beyond those are saved to host RAM, up to --cache-ram.
         self.session = Session(
@@ -171,7 +177,7 @@ class Service:
 
     def chat_job(self, body: ChatRequest) -> Job:
         self._check_limits(body)
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+        messages = template_messages(body.messages)
         variables = body.chat_template_kwargs or {}
         reserved = sorted(set(variables) & set(RESERVED))
         if reserved:
@@ -180,12 +186,50 @@ class Service:
             )
         self._check_bytes(sum(len(m["content"].encode("utf-8")) for m in messages), "messages")
         try:
-            prompt = self.pair.chat_format.prompt(messages, variables=variables)
+            use = tool_use(
+                [t.model_dump(exclude_none=True) for t in body.tools or []],
+                body.tool_choice.model_dump() if hasattr(body.tool_choice, "model_dump") else body.tool_choice,
+                body.parallel_tool_calls,
+                self.tool_syntax,
+            )
+        except ToolRequestError as error:
+            raise RequestError(str(error), error.param, "invalid_tools") from None
+        if use is not None:
+            self._check_bytes(len(json.dumps(list(use.tools))), "tools")
+            if use.syntax is None:
+                warn_unread_syntax(self.pair.target_model.path.name)
+        try:
+            prompt = self.pair.chat_format.prompt(messages, variables=variables, tools=use.tools if use else None)
         except SpecrunError as error:
             raise RequestError(f"{error.message}; use /v1/completions with a formatted prompt", "messages") from None
         job = self._job("chat", prompt.tokens, body, "messages", body.answer_limit())
+        if use is not None and use.required:
+            if job.settings.constraint is not None:
+                raise RequestError(
+                    f"{job.constraint_param} and a required tool call each constrain the answer: send only one",
+                    "tool_choice",
+                    "conflicting_parameters",
+                )
+            try:
+                made = call_constraint(use, self._special_tokens(use), prompt.tags, prompt.inside_reasoning)
+            except ToolRequestError as error:
+                raise RequestError(str(error), error.param, "invalid_tools") from None
+            grammar_tokenizer(self.engine.target.model)
+            job = replace(job, settings=replace(job.settings, constraint=made), constraint_param="tools")
         boundaries = self._boundaries(messages, prompt.tokens, variables)
-        return replace(job, reasoning=prompt.tags, inside_reasoning=prompt.inside_reasoning, boundaries=boundaries)
+        return replace(
+            job, reasoning=prompt.tags, inside_reasoning=prompt.inside_reasoning, boundaries=boundaries, tools=use
+        )
+
+    def _special_tokens(self, use: ToolUse) -> dict[str, int]:
+        """The call syntax's markers that are single tokens of the model's vocabulary, by text."""
+        model = self.engine.target.model
+        found = {}
+        for marker in {use.syntax.opening, use.syntax.closing} - {""} if use.syntax is not None else ():
+            ids = model.tokenize(marker, add_special=False, parse_special=True)
+            if len(ids) == 1:
+                found[marker] = ids[0]
+        return found
 
     def _boundaries(self, messages: list[dict], tokens: list[int], variables: dict) -> tuple[int, ...]:
         """Message boundaries worth a saved cache: only where a restored cache cannot be cut back

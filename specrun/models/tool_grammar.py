@@ -129,10 +129,15 @@ _Function = tuple[str, dict]  # (name, parameters schema)
 
 
 def _repeated(g: _Lark, call: str, separator: str, parallel: bool) -> str:
-    """One call, or with `parallel` one or more joined by `separator`."""
+    """One call, or with `parallel` one or more joined by `separator`. A separator that is only
+    whitespace may also end the calls: a model that writes it after every call must still be able
+    to stop there, rather than be forced into another call."""
     if not parallel:
         return call
-    return f"{call} ({g.lit(separator)} {call})*" if separator else f"{call}+"
+    if not separator:
+        return f"{call}+"
+    trailing = f" {g.lit(separator)}?" if not separator.strip() else ""
+    return f"{call} ({g.lit(separator)} {call})*{trailing}"
 
 
 def _json_calls_grammar(prefix: str, args_key: str, suffix: str, separator: str, *, single: bool = False):

@@ -249,3 +249,99 @@ def test_generated_constrained_requests_are_never_a_5xx_and_complete_json_valida
         assert outcomes["validated"] > 0 and outcomes["invalid_schema"] > 0 and outcomes["conflicting_parameters"] > 0
         health = httpx.get(running.url + "/health", timeout=WAIT)
         assert health.status_code == 200 and health.json()["active"] == 0 and not running.service.engine.slots.busy
+
+
+# -- tool calls ------------------------------------------------------------------------------------
+
+TOOL_NAMES = st.one_of(st.sampled_from(["get_weather", "read_file", "f"]), st.sampled_from(["g", "h_1"]), NAMES)
+TOOLS = st.lists(
+    st.builds(
+        lambda name, schema, described: {
+            "type": "function",
+            "function": {"name": name, **({"parameters": schema} if schema is not None else {}), **described},
+        },
+        TOOL_NAMES,
+        st.none()
+        | SCHEMAS.map(lambda s: s if s.get("type") == "object" else {"type": "object", "properties": {"a": s}}),
+        st.sampled_from([{}, {"description": "does things"}, {"strict": True}]),
+    ),
+    max_size=3,
+)
+CHOICES = st.one_of(
+    st.none(),
+    st.sampled_from(["none", "auto", "required"]),
+    TOOL_NAMES.map(lambda name: {"type": "function", "function": {"name": name}}),
+)
+TOOL_REQUESTS = st.fixed_dictionaries(
+    {
+        "tools": TOOLS,
+        "tool_choice": CHOICES,
+        "parallel_tool_calls": st.none() | st.booleans(),
+        "max_tokens": st.integers(1, 48),
+        "temperature": st.sampled_from([0, 1.0]),
+        "seed": st.integers(0, 3),
+        "stream": st.booleans(),
+    }
+)
+
+
+def _calls(response: requests.Response, stream: bool) -> tuple[list[tuple[str, str]], str]:
+    """The (name, arguments) of an answer's calls, whole or assembled from its deltas, and its finish reason."""
+    if not stream:
+        choice = response.json()["choices"][0]
+        calls = choice["message"].get("tool_calls") or []
+        return [(c["function"]["name"], c["function"]["arguments"]) for c in calls], choice["finish_reason"]
+    calls: dict[int, list[str]] = {}
+    finish = None
+    for line in response.text.splitlines():
+        if line.startswith("data: {"):
+            chunk = json.loads(line[len("data: ") :])
+            assert "error" not in chunk, line
+            choice = chunk["choices"][0]
+            for piece in choice["delta"].get("tool_calls") or []:
+                entry = calls.setdefault(piece["index"], ["", ""])
+                entry[0] += piece["function"].get("name") or ""
+                entry[1] += piece["function"].get("arguments") or ""
+            finish = choice["finish_reason"] or finish
+    return [tuple(calls[i]) for i in sorted(calls)], finish
+
+
+@pytest.mark.slow
+def test_generated_tool_requests_are_never_a_5xx_and_required_calls_validate(pair):
+    with served(pair, costs=FLAT_COSTS, mode="ngram", parallel=2) as running:
+        session = requests.Session()
+        outcomes: Counter = Counter()
+
+        @settings(
+            max_examples=300,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(request=TOOL_REQUESTS)
+        def answered(request) -> None:
+            body = {k: v for k, v in request.items() if v is not None} | {
+                "messages": [{"role": "user", "content": "hi"}]
+            }
+            response = session.post(running.url + "/v1/chat/completions", json=body, timeout=WAIT)
+            assert response.status_code < 500, f"{json.dumps(body)} → {response.status_code} {response.text[:500]}"
+            if response.status_code != 200:
+                assert response.status_code == 400, response.text
+                outcomes[response.json()["error"].get("code") or "invalid"] += 1
+                return
+            calls, finish = _calls(response, request["stream"])
+            outcomes[finish] += 1
+            schemas = {t["function"]["name"]: t["function"].get("parameters", {}) for t in request["tools"]}
+            for name, arguments in calls:
+                assert name in schemas, (name, schemas)
+                if finish == "tool_calls" and request["tool_choice"] not in (None, "auto"):
+                    jsonschema.validate(json.loads(arguments), schemas[name])
+                    outcomes["validated"] += 1
+
+        answered()
+        print(f"tool requests: {dict(outcomes)}")
+        assert outcomes["validated"] > 0 and outcomes["invalid_tools"] > 0
+        health = httpx.get(running.url + "/health", timeout=WAIT)
+        assert health.status_code == 200 and health.json()["active"] == 0 and not running.service.engine.slots.busy

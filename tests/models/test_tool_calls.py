@@ -621,3 +621,25 @@ def test_invalid_tools_are_refused_in_one_line(tools, message):
         validate_tools(tools)
     text = str(raised.value)
     assert message in text and "\n" not in text
+
+
+# -- against llama-server's parse ------------------------------------------------------------------
+
+LLAMA_SERVER = json.loads((DATA / "llama_server" / "qwen_tool_calls.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("case", LLAMA_SERVER["cases"], ids=lambda c: c["request"]["messages"][-1]["content"][:24])
+def test_answers_llama_server_returned_as_content_are_calls_only_where_they_are_bare_calls(case):
+    """Qwen2.5-Coder-1.5B answers "auto" with a fenced JSON call; llama-server --jinja returns that
+    as content. specrun reads it as the call it is when it names a declared tool, and leaves the
+    rest (a call of an undeclared tool) as llama-server does."""
+    names = tool_names_of(case["request"]["tools"])
+    content = case["message"]["content"]
+    assert not case["message"].get("tool_calls")
+    parsed = parse_tool_calls(content, HERMES, names)
+    fenced = json.loads(content.strip().removeprefix("```json").removesuffix("```"))
+    if fenced["name"] in names:
+        assert [(c.name, json.loads(c.arguments)) for c in parsed.calls] == [(fenced["name"], fenced["arguments"])]
+        assert parsed.content == ""
+    else:
+        assert parsed.calls == [] and parsed.content == content.strip()

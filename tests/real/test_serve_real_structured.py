@@ -9,8 +9,11 @@ import json
 import jsonschema
 import openai
 import pytest
+from paths import DATA
 from serve_helpers import WAIT, served
 
+from specrun.models.tool_calls import HERMES, parse_tool_calls
+from specrun.models.tool_grammar import tool_names_of
 from specrun.runtime.pair import Pair, PairConfig
 
 pytestmark = pytest.mark.real
@@ -101,3 +104,19 @@ def test_the_weather_tool_is_called_whole_and_streamed_and_its_result_answered(c
     final = client.chat.completions.create(messages=history, max_tokens=48, **{**fields, "tool_choice": "none"})
     text = final.choices[0].message.content or ""
     assert final.choices[0].message.tool_calls is None and "21" in text
+
+
+LLAMA_SERVER = json.loads((DATA / "llama_server" / "qwen_tool_calls.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("case", LLAMA_SERVER["cases"], ids=lambda c: c["request"]["messages"][-1]["content"][:24])
+def test_the_same_requests_give_llama_servers_answer_read_the_same_way(client, case):
+    """The same file and requests as llama-server --jinja was given: specrun's answer is the one
+    llama-server gave, and its calls are what specrun's reader makes of that answer."""
+    request = case["request"]
+    answer = client.chat.completions.create(model="qwen", **request).choices[0].message
+    expected = parse_tool_calls(case["message"]["content"], HERMES, tool_names_of(request["tools"]))
+    assert [(c.function.name, c.function.arguments) for c in answer.tool_calls or []] == [
+        (c.name, c.arguments) for c in expected.calls
+    ]
+    assert (answer.content or "") == expected.content

@@ -37,18 +37,21 @@ def predicted_speedup(alpha: float, k: int, costs: Costs, drafter: str | None = 
     return expected_tokens(alpha, k) * costs.plain_s / costs.step_seconds(k, drafter)
 
 
-def predicted_speedup_of_steps(steps: Iterable[tuple[float | None, int, float]], costs: Costs) -> float | None:
-    """The same model over the steps a run actually took: (α, tokens drafted, draft seconds) each.
+def predicted_speedup_of_steps(steps: Iterable[tuple], costs: Costs) -> float | None:
+    """The same model over the steps a run actually took: (α, tokens drafted, draft seconds) each,
+    and optionally (lead rows, lead tokens kept): a constraint's forced tokens at the head of the
+    step's draft, which the step verifies beside the draft and keeps as they were kept.
 
     Equals `predicted_speedup` when every step drafts K; it also covers steps that draft fewer
     (the end of the budget, an empty prompt lookup, an adaptive K). A step with α None or no
     draft counts as one token at the cost of its drafting plus a pass over one token.
     """
     tokens = seconds = 0.0
-    for alpha, drafted, draft_s in steps:
+    for alpha, drafted, draft_s, *lead in steps:
+        rows, kept = lead if lead else (0, 0)
         n = drafted if alpha is not None else 0
-        tokens += expected_tokens(alpha or 0.0, n)
-        seconds += draft_s + costs.step_seconds(n)
+        tokens += expected_tokens(alpha or 0.0, n) + kept
+        seconds += draft_s + costs.step_seconds(n + rows)
     return tokens * costs.plain_s / seconds if seconds > 0 else None
 
 

@@ -289,7 +289,7 @@ class Aggregator:
 
         costs = self.costs.on_a_gpu() if gpu else self.costs
         return costmodel.predicted_speedup_of_steps(
-            ((alphas[s.drafter], s.drafted, draft_seconds(s)) for s in steps), costs
+            ((alphas[s.drafter], s.drafted, draft_seconds(s), s.lead, s.lead_kept) for s in steps), costs
         )
 
     def _correctness(self, keys: Sequence[tuple[int, int]]) -> dict:

@@ -204,6 +204,8 @@ class StepSample:
     accepted: int
     draft_s: float
     verify_s: float
+    lead: int = 0  # rows a constraint's forced and likely tokens took ahead of the draft
+    lead_kept: int = 0  # of them, those kept
 
 
 @dataclass(frozen=True)
@@ -602,7 +604,16 @@ class PairEngine:
         def record(update) -> None:
             choice = update.choice
             steps.append(
-                StepSample(choice.drafter, choice.k, update.drafted, update.accepted, update.draft_s, update.verify_s)
+                StepSample(
+                    choice.drafter,
+                    choice.k,
+                    update.drafted,
+                    update.accepted,
+                    update.draft_s,
+                    update.verify_s,
+                    update.lead,
+                    update.lead_kept,
+                )
             )
 
         run = self.session.generation(

@@ -60,7 +60,8 @@ class Matcher:
 
         self.constraint = constraint
         self.n_vocab = model.n_vocab
-        self._matcher = llguidance.LLMatcher(grammar_tokenizer(model), constraint.grammar, limits=limits())
+        self._tokenizer = grammar_tokenizer(model)
+        self._matcher = llguidance.LLMatcher(self._tokenizer, constraint.grammar, limits=limits())
         self.forced_total = 0  # tokens the constraint forced, for reports
         self.masked_rows = 0  # rows whose best token the constraint refused
         self._check()
@@ -92,6 +93,18 @@ class Matcher:
     def forced(self) -> list[int]:
         """The tokens that must come next whatever the model prefers (keys, brackets, an enum's tail)."""
         return list(self._matcher.compute_ff_tokens())
+
+    def lead(self) -> tuple[list[int], list[int]]:
+        """What comes next: the tokens that must (`forced`), then the likely tokens of the text
+        that must follow them but that more than one tokenization could write (a key's closing
+        quote and colon: `":"`), as the vocabulary tokenizes it alone. The likely ones are
+        verified like any draft; the model's own tokenization wins."""
+        forced = self.forced()
+        text = self._matcher.compute_ff_bytes()
+        written = self._tokenizer.decode_bytes(forced)
+        if not text.startswith(written) or len(text) == len(written):
+            return forced, []
+        return forced, list(self._tokenizer.tokenize_bytes(text[len(written) :]))
 
     def allowed(self) -> np.ndarray:
         """A boolean mask over the vocabulary of what may come next."""

@@ -66,6 +66,15 @@ def check_prediction_fits(n_prediction: int, n_ctx: int) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Lead:
+    """The head of a constrained sequence's draft: tokens its constraint forces (the first
+    `certain`, kept without a look at their rows), then the likely tokens of forced text, verified."""
+
+    tokens: list[int]
+    certain: int
+
+
 @dataclass
 class Timings:
     """Wall-clock moments of one sequence (time.perf_counter seconds)."""
@@ -123,11 +132,14 @@ class SequenceState:
         """How many candidates of a row this sequence needs (0: the full row, as a constraint does)."""
         return 0 if self.matcher is not None else self.sampling.shortlist
 
-    def forced(self, limit: int) -> list[int]:
-        """Up to `limit` tokens the constraint forces next (none without one)."""
+    def lead(self, limit: int) -> Lead | None:
+        """Up to `limit` tokens the constraint puts at the head of the next draft (None without a
+        constraint, or when it leaves the next token open)."""
         if self.matcher is None or limit <= 0:
-            return []
-        return self.matcher.forced()[:limit]
+            return None
+        forced, likely = self.matcher.lead()
+        tokens = (forced + likely)[:limit]
+        return Lead(tokens, min(len(forced), len(tokens))) if tokens else None
 
     @property
     def prefilled(self) -> bool:

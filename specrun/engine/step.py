@@ -31,7 +31,7 @@ from .drafting.protocol import Draft, Drafter, DraftRequest, DraftTuning
 from .llama import Context, Segment
 from .prompt_cache import TARGET, PromptCache, Saved
 from .sampling import Dist, make_rng
-from .sequence import GenerationSettings, SequenceState
+from .sequence import GenerationSettings, Lead, SequenceState
 from .slots import SlotPool
 from .verify import Verifier, only_row, verify
 
@@ -39,22 +39,27 @@ EMPTY = Draft()
 Proposed = dict[str, dict[int, Draft]]  # drafter -> sequence -> its proposal in hand
 
 
-def _after(state: SequenceState, forced: Mapping[int, list[int]]) -> list[int]:
-    """A sequence's history with the tokens its constraint forces next: what its drafters draft after."""
-    made = forced.get(state.seq)
-    return state.history + made if made else state.history
+def _after(state: SequenceState, leads: Mapping[int, Lead]) -> list[int]:
+    """A sequence's history with the tokens its constraint leads with: what its drafters draft after."""
+    lead = leads.get(state.seq)
+    return state.history + lead.tokens if lead is not None else state.history
 
 
-def _constrained_draft(state: SequenceState, forced: list[int], own: Draft) -> Draft:
-    """The forced tokens, then the drafter's tokens up to the first one the constraint refuses.
+LIKELY = 0.9  # the chance a likely token of forced text is the model's own tokenization of it
+
+
+def _constrained_draft(state: SequenceState, lead: Lead | None, own: Draft) -> Draft:
+    """The constraint's lead, then the drafter's tokens up to the first one the constraint refuses.
     A sampled draft (with q) is left whole when sampling: cutting it where a token was refused
     would change what follows a rejection there; verification rejects that token instead."""
+    head = lead.tokens if lead is not None else []
     if own.tokens and (state.sampling.greedy or own.q is None):
-        own = own.cut(max(0, state.matcher.valid_prefix(forced + own.tokens) - len(forced)))
-    if not forced:
+        own = own.cut(max(0, state.matcher.valid_prefix(head + own.tokens) - len(head)))
+    if lead is None:
         return own
-    q = None if own.q is None else [Dist.point(t) for t in forced] + list(own.q)
-    return Draft(forced + own.tokens, q, [1.0] * len(forced) + _confidence(own))
+    q = None if own.q is None else [Dist.point(t) for t in head] + list(own.q)
+    certain = [1.0] * lead.certain + [LIKELY] * (len(head) - lead.certain)
+    return Draft(head + own.tokens, q, certain + _confidence(own))
 
 
 def _confidence(draft: Draft) -> list[float]:
@@ -73,6 +78,8 @@ class Update:
     drafted: int = 0
     accepted: int = 0
     forced: int = 0  # tokens the constraint forced ahead of the draft (certain, not counted in drafted)
+    lead: int = 0  # rows the constraint's lead took at the head of the draft (forced and likely tokens)
+    lead_kept: int = 0  # of them, those kept
     done: bool = False
     draft_s: float = 0.0  # the step's planning and drafting, and its target pass with verification
     verify_s: float = 0.0
@@ -323,8 +330,8 @@ class Engine:
         decoding = [s for s in live if s.prefilled and not s.done]
         reading = [s for s in live if not s.prefilled]
         reserve = min(sum(len(s.pending) for s in reading), self.n_batch // 2)
-        choices, proposals, forced = self._plan(decoding, reserve)
-        drafts, passes = self._draft(decoding, choices, proposals, forced)
+        choices, proposals, leads = self._plan(decoding, reserve)
+        drafts, passes = self._draft(decoding, choices, proposals, leads)
         segments = [
             Segment(
                 s.seq,
@@ -343,7 +350,7 @@ class Engine:
             chunks.append((state, n))
             room -= n
         if segments:
-            self._target_pass(decoding, choices, drafts, forced, passes, segments, chunks, report, start)
+            self._target_pass(decoding, choices, drafts, leads, passes, segments, chunks, report, start)
         report.seconds = time.perf_counter() - start
         report.decode_seconds = self.decode_seconds() - decoded_before
         return report
@@ -353,7 +360,7 @@ class Engine:
         return sum(ctx.decode_seconds for ctx in self._contexts())
 
     def _target_pass(
-        self, decoding, choices, drafts, forced, passes, segments, chunks, report: StepReport, start: float
+        self, decoding, choices, drafts, leads, passes, segments, chunks, report: StepReport, start: float
     ) -> None:
         bases = {seg.seq: len(self.target.tokens[seg.seq]) for seg in segments}
         report.rows = sum(len(seg.tokens) for seg in segments)
@@ -368,7 +375,7 @@ class Engine:
         for state, logits in zip(decoding, rows):
             draft = drafts.get(state.seq, EMPTY)
             update, outcome = self._accept(
-                state, choices.get(state.seq, PLAIN), draft, logits, bases[state.seq], len(forced.get(state.seq, ()))
+                state, choices.get(state.seq, PLAIN), draft, logits, bases[state.seq], leads.get(state.seq)
             )
             report.updates.append(update)
             outcomes.append((state, update, outcome))
@@ -395,10 +402,12 @@ class Engine:
                 report.updates.append(update)
 
     def _accept(
-        self, state: SequenceState, choice: Choice, draft: Draft, logits, base: int, forced: int = 0
+        self, state: SequenceState, choice: Choice, draft: Draft, logits, base: int, lead: Lead | None = None
     ) -> tuple[Update, Outcome]:
         """Verify one sequence's draft, trim its cache past the first rejection, commit, learn. The
-        draft's first `forced` tokens are the constraint's: the drafter is judged on the rest."""
+        draft's head is its constraint's `lead`: the drafter is judged on the rest, and only where
+        the lead was accepted whole (otherwise its tokens were never tried)."""
+        forced, head = (lead.certain, len(lead.tokens)) if lead is not None else (0, 0)
         n_rows = len(draft.tokens)
         rows = logits.reshape(1 + n_rows, -1) if n_rows else logits  # a plain step's row stays as it came
         if state.matcher is not None:
@@ -406,7 +415,9 @@ class Engine:
         else:
             verdict = self.policy.verifier(draft.tokens, draft.q, rows, state.sampling, state.rng)
         self.target.trim(state.seq, base + 1 + verdict.accepted)
-        n_draft, accepted = n_rows - forced, max(0, verdict.accepted - forced)
+        n_draft, accepted = n_rows - head, max(0, verdict.accepted - head)
+        if verdict.accepted < head:
+            n_draft = 0
         if n_draft and choice.drafter is not None:
             self.drafters[choice.drafter].learn(state.seq, n_draft, accepted)
             if self.policy.auto:
@@ -415,7 +426,17 @@ class Engine:
                     own = state.own[choice.drafter] = self.policy.controller.own_rates()
                 own.update(choice.k, accepted)
         kept, text = state.commit(verdict.tokens)
-        update = Update(state, kept, text, choice, n_draft, accepted, forced=min(forced, len(kept)))
+        update = Update(
+            state,
+            kept,
+            text,
+            choice,
+            n_draft,
+            accepted,
+            forced=min(forced, len(kept)),
+            lead=head,
+            lead_kept=min(verdict.accepted, head, len(kept)),
+        )
         return update, Outcome(choice, n_draft, accepted)
 
     def _finish(self, update: Update) -> Update:
@@ -452,40 +473,40 @@ class Engine:
 
     def _plan(
         self, decoding: Sequence[SequenceState], reserve: int
-    ) -> tuple[dict[int, Choice], Proposed, dict[int, list[int]]]:
+    ) -> tuple[dict[int, Choice], Proposed, dict[int, Lead]]:
         """Each decoding sequence's choice, with the proposals of drafters that propose ahead, and
         the tokens a constraint forces ahead of any draft (the drafters draft what follows them)."""
         if not self._active or not decoding:
             return {}, {}, {}
         k_maxes = {s.seq: s.step_k_max(self.target.n_ctx, len(self.target.tokens[s.seq])) for s in decoding}
-        forced = {s.seq: made for s in decoding if (made := s.forced(k_maxes[s.seq]))}
-        for seq, made in forced.items():
-            k_maxes[seq] -= len(made)
-        reserve += sum(len(made) for made in forced.values())
+        leads = {s.seq: lead for s in decoding if (lead := s.lead(k_maxes[s.seq])) is not None}
+        for seq, lead in leads.items():
+            k_maxes[seq] -= len(lead.tokens)
+        reserve += sum(len(lead.tokens) for lead in leads.values())
         proposals: Proposed = {}
         ahead = [d for d in self._active if d.ahead]
         if ahead:
             asked = [
-                DraftRequest(s.seq, _after(s, forced), k, s.sampling, s.rng)
+                DraftRequest(s.seq, _after(s, leads), k, s.sampling, s.rng)
                 for s in decoding
                 if (k := k_maxes[s.seq]) > 0
             ]
             proposals = {d.name: d.propose(asked).drafts for d in ahead} if asked else {}
         max_rows = self.n_batch - reserve
         if not self.policy.auto:
-            return self._fixed(decoding, k_maxes, proposals, max_rows), proposals, forced
+            return self._fixed(decoding, k_maxes, proposals, max_rows), proposals, leads
         controller = self.policy.controller
         asks = []
         for s in decoding:
             in_hand = {name: _confidence(made[s.seq]) for name, made in proposals.items() if s.seq in made}
             behind = {
-                d.name: controller.catch_up_seconds(d.name, d.lag(s.seq, _after(s, forced)))
+                d.name: controller.catch_up_seconds(d.name, d.lag(s.seq, _after(s, leads)))
                 for d in self._active
                 if not d.ahead and k_maxes[s.seq] > 0 and controller.weighs(d.name)
             }
             asks.append(Ask(s.seq, k_maxes[s.seq], s.remaining(), s.own, in_hand, behind))
         decision = controller.plan(asks, max_rows=max_rows, base_rows=reserve)
-        return dict(decision.choices), proposals, forced
+        return dict(decision.choices), proposals, leads
 
     def _fixed(self, decoding, k_maxes: dict[int, int], proposals: Proposed, max_rows: int) -> dict[int, Choice]:
         """A fixed mode's choices: each sequence's options are its drafters' proposals in hand and
@@ -502,7 +523,7 @@ class Engine:
         alloc = fixed(candidates, self.policy.drafters, self.policy.k_max, max_rows=max_rows)
         return {seq: Choice(drafter, k) for seq, (drafter, k) in alloc.drafts.items()}
 
-    def _draft(self, decoding, choices: dict[int, Choice], proposals: Proposed, forced: dict[int, list[int]]):
+    def _draft(self, decoding, choices: dict[int, Choice], proposals: Proposed, leads: dict[int, Lead]):
         """The drafts the plan asked for: proposals in hand cut to their K, and each other
         drafter's, drafted for all its sequences together; with the passes each drafter ran. A
         constrained sequence's draft starts with its forced tokens and stops before the first
@@ -518,7 +539,7 @@ class Engine:
                     drafts[s.seq] = proposals[choice.drafter][s.seq].cut(choice.k)
             else:
                 requests.setdefault(choice.drafter, []).append(
-                    DraftRequest(s.seq, _after(s, forced), choice.k, s.sampling, s.rng)
+                    DraftRequest(s.seq, _after(s, leads), choice.k, s.sampling, s.rng)
                 )
         passes = {}
         for name, asked in requests.items():
@@ -530,7 +551,7 @@ class Engine:
             passes[name] = made.passes
         for s in decoding:
             if s.matcher is not None:
-                drafts[s.seq] = _constrained_draft(s, forced.get(s.seq, []), drafts.get(s.seq, EMPTY))
+                drafts[s.seq] = _constrained_draft(s, leads.get(s.seq), drafts.get(s.seq, EMPTY))
         return drafts, passes
 
     def _make_room(self, ctx: Context, needed: int) -> None:

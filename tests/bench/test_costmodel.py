@@ -107,6 +107,16 @@ def test_prediction_over_steps_mixes_short_and_empty_drafts():
     assert predicted_speedup_of_steps([], costs) is None
 
 
+def test_prediction_over_steps_counts_a_constraints_lead_as_rows_and_kept_tokens():
+    costs = measured(0.010, {3: 0.020})
+    # a plain step with 2 forced tokens ahead: 3 tokens for a pass over 3 rows
+    assert predicted_speedup_of_steps([(None, 0, 0.0, 2, 2)], costs) == pytest.approx(3 * 0.010 / 0.020)
+    # on a GPU, where that pass costs one token's, the lead is all gain
+    assert predicted_speedup_of_steps([(None, 0, 0.0, 2, 2)], costs.on_a_gpu()) == pytest.approx(3.0)
+    # a lead cut short keeps what it kept
+    assert predicted_speedup_of_steps([(None, 0, 0.0, 2, 1)], costs) == pytest.approx(2 * 0.010 / 0.020)
+
+
 def test_efficiency():
     assert efficiency(0.5, 2.0) == 0.25
     assert efficiency(None, 2.0) is None

@@ -327,3 +327,29 @@ def call_grammar(
     if inside:
         return g.text(f"{think} {space}? {calls}")
     return g.text(f"({space}? {g.lit(reasoning.start)} {think} {space}?)? {calls}")
+
+
+# What follows a call's opening marker, per family whose calls may be constrained once the model
+# opens one on its own ("auto"): the rest of one call.
+_AFTER_OPENING: dict[str, Callable[[_Lark, ToolSyntax, list[_Function], bool], str | None]] = {
+    "hermes": _json_calls_grammar("\n", "arguments", "\n</tool_call>", "\n", single=True),
+}
+
+
+def opened_call_grammar(
+    syntax: ToolSyntax, tools: Sequence[Mapping], *, special_tokens: Mapping[str, int] | None = None
+) -> str | None:
+    """For tool_choice "auto": an llguidance Lark grammar that leaves the answer free until the
+    model writes its family's call opening, then holds what follows to a call of one of `tools`
+    whose arguments validate, then frees the answer again (a lazy grammar: the opening triggers
+    it). None for the families where this is not written (their calls are read afterwards)."""
+    build = _AFTER_OPENING.get(syntax.family)
+    if build is None or not tools:
+        return None
+    g = _Lark(special_tokens)
+    functions = [(tool["function"]["name"], dict(_parameters(tool))) for tool in tools]
+    call = build(g, syntax, functions, False)
+    if call is None:
+        return None
+    opened = g.rule(f"{g.until(syntax.opening)} {call}")
+    return "%llguidance {}\n" + g.text(f"{opened}* /(.|\\n)*/")

@@ -203,19 +203,20 @@ class Service:
         except SpecrunError as error:
             raise RequestError(f"{error.message}; use /v1/completions with a formatted prompt", "messages") from None
         job = self._job("chat", prompt.tokens, body, "messages", body.answer_limit())
-        if use is not None and use.required:
-            if job.settings.constraint is not None:
-                raise RequestError(
-                    f"{job.constraint_param} and a required tool call each constrain the answer: send only one",
-                    "tool_choice",
-                    "conflicting_parameters",
-                )
+        if use is not None and use.required and job.settings.constraint is not None:
+            raise RequestError(
+                f"{job.constraint_param} and a required tool call each constrain the answer: send only one",
+                "tool_choice",
+                "conflicting_parameters",
+            )
+        if use is not None and job.settings.constraint is None:  # under "auto", a response_format wins
             try:
                 made = call_constraint(use, self._special_tokens(use), prompt.tags, prompt.inside_reasoning)
             except ToolRequestError as error:
                 raise RequestError(str(error), error.param, "invalid_tools") from None
-            grammar_tokenizer(self.engine.target.model)
-            job = replace(job, settings=replace(job.settings, constraint=made), constraint_param="tools")
+            if made is not None:
+                grammar_tokenizer(self.engine.target.model)
+                job = replace(job, settings=replace(job.settings, constraint=made), constraint_param="tools")
         boundaries = self._boundaries(messages, prompt.tokens, variables)
         return replace(
             job, reasoning=prompt.tags, inside_reasoning=prompt.inside_reasoning, boundaries=boundaries, tools=use

@@ -3,7 +3,8 @@ a required call constrained to a declared tool's schema, and the answer read bac
 `tool_calls`, whole or as deltas.
 
 `tool_choice`: "none" shows the model no tools and reads no calls; "auto" shows them and reads the
-calls the model writes (in its template's syntax, or as the bare JSON small models write instead);
+calls the model writes (in its template's syntax, or as the bare JSON small models write instead),
+a call it opens in its syntax held to the declared tools where that is written (Hermes' syntax);
 "required" and a named function constrain the answer to such a call, in the template's syntax, or
 as bare JSON `{"name": …, "arguments": …}` where specrun cannot write that syntax.
 """
@@ -27,7 +28,7 @@ from ..models.tool_calls import (
     ToolSyntax,
     parse_tool_calls,
 )
-from ..models.tool_grammar import call_grammar, tool_names_of, validate_tools
+from ..models.tool_grammar import call_grammar, opened_call_grammar, tool_names_of, validate_tools
 
 
 class ToolRequestError(ValueError):
@@ -88,10 +89,15 @@ def tool_use(
 def call_constraint(
     use: ToolUse, special_tokens: Mapping[str, int], reasoning=None, inside: bool = False
 ) -> Constraint | None:
-    """The constraint of a required call: the family's syntax where it can be written, else bare
-    JSON calls (which the answer is read back from as well); None when no call is required."""
+    """The constraint of the request's calls. Required: a call in the family's syntax where it can
+    be written, else bare JSON calls (which the answer is read back from as well). "auto": free
+    text until the model opens a call in its syntax, then a valid call (where the family's opened
+    call is written; elsewhere None, and calls are only read)."""
     if not use.required:
-        return None
+        if use.syntax is None:
+            return None
+        grammar = opened_call_grammar(use.syntax, use.tools, special_tokens=special_tokens)
+        return _compiled(grammar) if grammar is not None else None
     grammar = None
     if use.syntax is not None:
         grammar = call_grammar(
@@ -103,10 +109,17 @@ def call_constraint(
             reasoning=reasoning,
             inside=inside,
         )
+    if grammar is not None:
+        return _compiled(grammar)
     try:
-        if grammar is not None:
-            return constraints.grammar(grammar, what="tools")
         return constraints.json_schema(bare_calls_schema(use.tools, use.parallel), what="tools")
+    except ConstraintError as error:
+        raise ToolRequestError(error.one_line(), "tools") from None
+
+
+def _compiled(grammar: str) -> Constraint:
+    try:
+        return constraints.grammar(grammar, what="tools")
     except ConstraintError as error:
         raise ToolRequestError(error.one_line(), "tools") from None
 

@@ -38,7 +38,7 @@ from specrun.models.tool_calls import (
     parse_tool_calls,
     tool_syntax,
 )
-from specrun.models.tool_grammar import call_grammar, tool_names_of, validate_tools
+from specrun.models.tool_grammar import call_grammar, opened_call_grammar, tool_names_of, validate_tools
 
 TEMPLATES = DATA / "chat_templates"
 CONVERSATIONS = json.loads((TEMPLATES / "conversations.json").read_text(encoding="utf-8"))
@@ -621,6 +621,24 @@ def test_invalid_tools_are_refused_in_one_line(tools, message):
         validate_tools(tools)
     text = str(raised.value)
     assert message in text and "\n" not in text
+
+
+# -- calls the model opens on its own ("auto") -------------------------------------------------------
+
+
+def test_an_auto_answer_is_free_until_it_opens_a_call_and_the_call_is_then_held_to_the_tools():
+    grammar = opened_call_grammar(HERMES, TOOLS)
+    weather = hermes_call("get_weather", '{"city": "Paris", "unit": "celsius"}')
+    assert accepts(grammar, "It is sunny, no call needed.")
+    assert accepts(grammar, "Let me look that up.\n" + weather)
+    assert accepts(grammar, weather + "\n" + hermes_call("read_file", '{"path": "a.txt"}') + "\nDone.")
+    assert not accepts(grammar, "Let me look.\n" + hermes_call("launch_rockets", "{}"))
+    assert not accepts(grammar, hermes_call("get_weather", '{"unit": "kelvin", "city": "Paris"}'))
+    assert not accepts(grammar, hermes_call("get_weather", '{"unit": "celsius"}'))  # city is required
+
+
+def test_families_without_an_opened_call_grammar_are_read_afterwards():
+    assert opened_call_grammar(GEMMA, TOOLS) is None and opened_call_grammar(LLAMA3, TOOLS) is None
 
 
 # -- against llama-server's parse ------------------------------------------------------------------

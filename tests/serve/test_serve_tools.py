@@ -156,3 +156,22 @@ def test_an_assistant_turn_with_calls_and_no_content_is_accepted(server):
         {"role": "tool", "tool_call_id": "c1", "content": "21"},
     ]
     assert chat(server.url, messages=history, tools=TOOLS, max_tokens=4).status_code == 200
+
+
+def test_under_auto_a_syntax_whose_opened_calls_are_written_runs_constrained(server):
+    """With a syntax whose opened calls are constrained (Hermes'), "auto" runs under the lazy
+    grammar: free text (valid UTF-8) until the model writes the opening, which these tiny models
+    never do, so the answer is text and no call."""
+    from specrun.models.tool_calls import HERMES
+
+    service = server.service
+    saved, service.tool_syntax = service.tool_syntax, HERMES
+    try:
+        lazy = chat(server.url, tools=TOOLS, tool_choice="auto", max_tokens=24).json()
+    finally:
+        service.tool_syntax = saved
+    message = lazy["choices"][0]["message"]
+    assert "forced_n" in lazy["timings"]  # it ran constrained
+    assert message["content"] and "tool_calls" not in message and "\ufffd" not in message["content"]
+    free = chat(server.url, tools=TOOLS, tool_choice="auto", max_tokens=24).json()
+    assert "forced_n" not in free["timings"]  # this template shows no syntax: nothing is constrained

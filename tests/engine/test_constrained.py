@@ -295,3 +295,51 @@ def test_constrained_sampling_follows_the_constrained_target_distribution(pair, 
     statistic = sum((counts[c] - RUNS * p) ** 2 / (RUNS * p) for c, p in exact.items())
     assert drafted > RUNS // 10
     assert statistic < CHI2_999, (statistic, counts, exact)
+
+
+# -- the other drafters: MTP heads and drafts through text -------------------------------------------
+
+
+def constrained_answers(pair: Pair, modes: list[str], temperature: float) -> dict[str, list[int]]:
+    """Each mode's answer under the nested schema, checked to validate; the speculative modes must
+    really have drafted."""
+    made = constraint.json_schema(SCHEMAS["nested"])
+    answers = {}
+    for mode in modes:
+        settings = GenerationSettings(
+            max_tokens=120, sampling=SamplingParams(temperature=temperature), draft_max=4, constraint=made, seed=2
+        )
+        generation = pair.generation(pair.prompt_tokens("record: ", chat=False), settings, mode=mode)
+        steps = list(generation.run())
+        text = "".join(s.text for s in steps)
+        jsonschema.validate(json.loads(text), SCHEMAS["nested"])
+        assert mode == "off" or generation.stats.by_drafter.get(mode, {}).get("drafted", 0) > 0, mode
+        answers[mode] = [t for s in steps for t in s.tokens]
+    return answers
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_mtp_heads_draft_constrained_answers_that_validate(hybrid_mtp_target, temperature):
+    loaded = Pair(PairConfig(hybrid_mtp_target, None, ctx_size=512, threads=1))
+    try:
+        answers = constrained_answers(loaded, ["off", "mtp"], temperature)
+    finally:
+        loaded.close()
+    if temperature == 0.0:
+        assert answers["mtp"] == answers["off"]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_drafts_through_text_give_constrained_answers_that_validate(tiny_dir, temperature):
+    from tiny_models import write_tiny_gguf
+
+    target = write_tiny_gguf(tiny_dir / "constrained-text-target.gguf", vocab="gpt2", seed=0, name="tiny-bpe")
+    draft = write_tiny_gguf(tiny_dir / "constrained-text-draft.gguf", vocab="spm", seed=3, name="tiny-spm")
+    loaded = Pair(PairConfig(target, draft, ctx_size=512, threads=1))
+    try:
+        assert loaded.drafting == "text"
+        answers = constrained_answers(loaded, ["off", "text"], temperature)
+    finally:
+        loaded.close()
+    if temperature == 0.0:
+        assert answers["text"] == answers["off"]

@@ -65,3 +65,21 @@ def test_an_empty_prompt_is_refused_and_the_next_generation_is_unchanged(pair):
 def test_an_unknown_mode_is_an_input_error(pair):
     with pytest.raises(InputError, match="unknown speculation mode"):
         specrun.generate(pair, "x", mode="sideways", max_tokens=2)
+
+
+def test_generate_takes_a_schema_a_regex_or_a_grammar(pair):
+    import json
+    import re
+
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    result = specrun.generate(pair, "answer", schema=schema, max_tokens=32, temperature=0, mode="ngram")
+    assert isinstance(json.loads(result.text)["ok"], bool) and result.stats.stop_reason == "stop"
+    assert re.fullmatch("[0-9]{3}", specrun.generate(pair, "x", regex="[0-9]{3}", max_tokens=8, temperature=0).text)
+    assert specrun.generate(pair, "x", grammar='root ::= "yes" | "no"', max_tokens=8, temperature=0).text in (
+        "yes",
+        "no",
+    )
+    with pytest.raises(specrun.ConstraintError, match="given together"):
+        specrun.generate(pair, "x", schema=schema, regex="a", max_tokens=4)
+    with pytest.raises(specrun.ConstraintError, match="strin"):
+        specrun.generate(pair, "x", schema={"type": "strin"}, max_tokens=4)

@@ -22,37 +22,18 @@ CTX=${CTX:-4096}
 THREADS=${THREADS:-$(nproc)}
 PORT=${PORT:-8097}
 mkdir -p "$OUT"
-"$PY" -m specrun pull >&2  # the default pair, where it is not in place yet
-TARGET=$("$PY" -m specrun pairs --json | "$PY" -c '
-import json, sys
-pairs = json.load(sys.stdin)["pairs"]
-print(next(p for p in pairs if p.get("default"))["target"]["path"])')
+NAME=agent_bench
+# shellcheck source=scripts/server_runs.sh
+. "$HERE/scripts/server_runs.sh"
+TARGET=$(default_target)
 
-wait_ready() {
-    for _ in $(seq 1 600); do
-        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
-        sleep 1
-    done
-    echo "agent_bench: the server on port $PORT did not become ready" >&2
-    return 1
+client() {  # label, results file
+    "$PY" "$HERE/scripts/agent_workload.py" --url "http://127.0.0.1:$PORT" --label "$1" --out "$2"
 }
 
-run_one() {  # label, file, server command...
-    local label=$1 file=$2
-    shift 2
-    "$@" >"$OUT/$file.log" 2>&1 &
-    local pid=$!
-    trap 'kill $pid 2>/dev/null || true' EXIT
-    wait_ready
-    "$PY" "$HERE/scripts/agent_workload.py" --url "http://127.0.0.1:$PORT" --label "$label" --out "$OUT/$file.json"
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
-    trap - EXIT
-}
-
-run_one "specrun auto" specrun-auto "$PY" -m specrun serve --parallel 1 --port "$PORT" --ctx-size "$CTX" \
+run_server "specrun auto" specrun-auto "$PY" -m specrun serve --parallel 1 --port "$PORT" --ctx-size "$CTX" \
     --threads "$THREADS"
-run_one "llama-server plain" llama-plain "$LLAMA_SERVER" -m "$TARGET" --parallel 1 --port "$PORT" -c "$CTX" \
+run_server "llama-server plain" llama-plain "$LLAMA_SERVER" -m "$TARGET" --parallel 1 --port "$PORT" -c "$CTX" \
     -t "$THREADS"
-run_one "llama-server ngram-mod" llama-ngram-mod "$LLAMA_SERVER" -m "$TARGET" --parallel 1 --port "$PORT" \
+run_server "llama-server ngram-mod" llama-ngram-mod "$LLAMA_SERVER" -m "$TARGET" --parallel 1 --port "$PORT" \
     -c "$CTX" -t "$THREADS" --spec-type ngram-mod

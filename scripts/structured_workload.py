@@ -16,7 +16,8 @@ server's caches (specrun's lookup pool drafts from it). Reported: the summed wal
 measured requests (request to last byte), and their completion tokens over it (the servers may
 write the same JSON in different numbers of tokens: llama-server's grammar lets the model indent,
 specrun's JSON has no whitespace). Every answer is parsed and validated against its schema (with
-`jsonschema` where installed); one that fails is counted and named. The table goes to stdout;
+`jsonschema` where installed); one that fails is counted and named, one cut by `--max-tokens`
+before it closed is counted as cut off, not judged. The table goes to stdout;
 `--out` writes the records as JSON.
 """
 
@@ -115,10 +116,12 @@ def run(url: str, prompts: Sequence[dict], *, max_tokens: int, warmup: int, repe
         body = request_body(item, max_tokens)
         for repeat in range(repeats):
             answer, seconds = post(url, body, timeout)
-            text = answer["choices"][0]["message"].get("content") or ""
+            choice = answer["choices"][0]
+            text = choice["message"].get("content") or ""
             tokens = int(answer.get("usage", {}).get("completion_tokens", 0))
             timings = answer.get("timings") or {}
-            problem = valid(text, item["schema"])
+            cut = choice.get("finish_reason") == "length"
+            problem = None if cut else valid(text, item["schema"])
             records.append(
                 {
                     "id": item.get("id"),
@@ -128,10 +131,12 @@ def run(url: str, prompts: Sequence[dict], *, max_tokens: int, warmup: int, repe
                     "decode_tokens": timings.get("predicted_n"),
                     "decode_ms": timings.get("predicted_ms"),
                     "problem": problem,
+                    "cut_off": cut,
                 }
             )
             print(
-                f"{item.get('id')} #{repeat}: {tokens} tokens in {seconds:.2f} s{' ' + problem if problem else ''}",
+                f"{item.get('id')} #{repeat}: {tokens} tokens in {seconds:.2f} s"
+                + (f" {problem}" if problem else " (cut off)" if cut else ""),
                 file=sys.stderr,
             )
     tokens = sum(r["tokens"] for r in records)
@@ -146,6 +151,7 @@ def run(url: str, prompts: Sequence[dict], *, max_tokens: int, warmup: int, repe
         # as the server's own `timings` report the decoding after the first token (where it reports them)
         "decode_tokens_per_s": 1000 * sum(r["decode_tokens"] for r in timed) / decode_ms if decode_ms else None,
         "invalid": [r["id"] for r in records if r["problem"]],
+        "cut_off": [r["id"] for r in records if r["cut_off"]],
     }
 
 
@@ -172,7 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     decoding = f"{decode:.1f} tok/s" if decode else "—"
     print(
         f"| {args.label} | {len(prompts)} prompts × {args.repeats} | {result['seconds']:.2f} s | "
-        f"{result['tokens']} tokens | {rate:.1f} tok/s | {decoding} | {len(result['invalid'])} invalid |"
+        f"{result['tokens']} tokens | {rate:.1f} tok/s | {decoding} | {len(result['invalid'])} invalid, "
+        f"{len(result['cut_off'])} cut off |"
     )
     if args.out:
         args.out.write_text(json.dumps(result, indent=1), encoding="utf-8")

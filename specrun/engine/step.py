@@ -28,7 +28,7 @@ from .auto.control import PLAIN, Ask, Choice, Controller, Outcome
 from .auto.plan import Candidate, Option, fixed
 from .constrained import constrained_pick, verify_constrained
 from .drafting.protocol import Draft, Drafter, DraftRequest, DraftTuning
-from .llama import Context, Segment
+from .llama import Context, Segment, common_prefix
 from .prompt_cache import TARGET, PromptCache, Saved
 from .sampling import Dist, make_rng
 from .sequence import GenerationSettings, Lead, SequenceState
@@ -435,7 +435,7 @@ class Engine:
             accepted,
             forced=min(forced, len(kept)),
             lead=head,
-            lead_kept=min(verdict.accepted, head, len(kept)),
+            lead_kept=common_prefix(lead.tokens, kept) if lead is not None else 0,
         )
         return update, Outcome(choice, n_draft, accepted)
 

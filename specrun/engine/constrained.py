@@ -65,22 +65,23 @@ def verify_constrained(
     matcher: Matcher,
     forced: int = 0,
 ) -> Verdict:
-    """Verify `[last] + draft`'s rows (full rows, (len(draft) + 1, n_vocab), or one row alone for
-    a plain step) under the constraint; the first `forced` draft tokens are certain. The matcher
-    consumes the verdict's tokens."""
+    """Verify `[last] + draft` under the constraint; the first `forced` draft tokens are certain,
+    and `rows` are the full rows from theirs on: (len(draft) + 1 - forced, n_vocab), or one row
+    alone for a plain step (the rows predicting forced tokens are never read, so a pass need not
+    return them). The matcher consumes the verdict's tokens."""
     if len(rows.shape) == 1:
         rows = rows.reshape(1, -1)
     kept: list[int] = []
     for i in range(len(draft) + 1):
         token = draft[i] if i < len(draft) else None
         q = q_rows[i] if q_rows is not None and token is not None else None
-        if i < forced or _accepts(token, rows[i], q, sampling, rng, matcher):
+        if i < forced or _accepts(token, rows[i - forced], q, sampling, rng, matcher):
             matcher.consume([token])
             kept.append(token)
             if matcher.stopped:  # the constraint is complete: the answer ends with this token
                 return Verdict(i, kept)
             continue
-        matcher.consume([choice := _replacement(token, rows[i], q_rows, i, sampling, rng, matcher)])
+        matcher.consume([choice := _replacement(token, rows[i - forced], q_rows, i, sampling, rng, matcher)])
         return Verdict(i, kept + [choice])
     raise AssertionError("unreachable: the last row always ends verification")
 

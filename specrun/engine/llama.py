@@ -299,11 +299,13 @@ class CacheFullError(SpecrunError):
 @dataclass(frozen=True)
 class Segment:
     """One sequence's share of a batch: tokens appended at its end, and which rows return logits
-    ("all", "last" or "none")."""
+    ("all", "last" or "none"); with "all", the first `skip` rows return none (rows no one reads:
+    those predicting tokens a constraint forces), which spares their output layer."""
 
     seq: int
     tokens: Sequence[int]
     logits: str = "all"
+    skip: int = 0
 
 
 @dataclass(frozen=True)
@@ -515,7 +517,7 @@ class Context(FreedOnCollection):
 
     def decode(self, segments: Sequence[Segment], *, copy: bool = True) -> list[np.ndarray | Shortlist | None]:
         """Append every segment's tokens to its sequence in as few passes as n_batch allows (one,
-        for a step's verification batch); return, per segment, its logits: shape (n, n_vocab) for
+        for a step's verification batch); return, per segment, its logits: shape (n - skip, n_vocab) for
         "all", (n_vocab,) for "last", None for "none"; a shortlisted sequence's rows come as a
         Shortlist of those shapes, with k columns. On failure no sequence keeps any of it.
 
@@ -606,8 +608,11 @@ class Context(FreedOnCollection):
                 self._pos[row : row + n] = np.arange(bases[index] + start, bases[index] + end, dtype=np.int32)
                 self._seq[row : row + n] = seg.seq
             if seg.logits == "all":
-                self._wants[row : row + n] = 1
-                wanted.append((index, n, row))
+                first = min(max(start, seg.skip), end)  # the first token of this piece whose row returns logits
+                self._wants[row : row + first - start] = 0
+                self._wants[row + first - start : row + n] = 1
+                if first < end:
+                    wanted.append((index, end - first, row + first - start))
             else:
                 if n == 1:
                     self._wants[row] = 0

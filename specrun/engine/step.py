@@ -332,11 +332,13 @@ class Engine:
         reserve = min(sum(len(s.pending) for s in reading), self.n_batch // 2)
         choices, proposals, leads = self._plan(decoding, reserve)
         drafts, passes = self._draft(decoding, choices, proposals, leads)
+        skips = {seq: self._skipped(lead) for seq, lead in leads.items()}
         segments = [
             Segment(
                 s.seq,
                 [s.history[-1]] + drafts.get(s.seq, EMPTY).tokens,
                 "all" if drafts.get(s.seq, EMPTY).tokens else "last",
+                skips.get(s.seq, 0),
             )
             for s in decoding
         ]
@@ -350,17 +352,22 @@ class Engine:
             chunks.append((state, n))
             room -= n
         if segments:
-            self._target_pass(decoding, choices, drafts, leads, passes, segments, chunks, report, start)
+            self._target_pass(decoding, choices, drafts, leads, skips, passes, segments, chunks, report, start)
         report.seconds = time.perf_counter() - start
         report.decode_seconds = self.decode_seconds() - decoded_before
         return report
+
+    def _skipped(self, lead: Lead) -> int:
+        """The rows of a step's segment that need no logits: those predicting the tokens its
+        constraint forces (a target that keeps hidden rows returns every row)."""
+        return 0 if self.target.hidden else lead.certain
 
     def decode_seconds(self) -> float:
         """Time spent inside llama_decode so far, target and draft model."""
         return sum(ctx.decode_seconds for ctx in self._contexts())
 
     def _target_pass(
-        self, decoding, choices, drafts, leads, passes, segments, chunks, report: StepReport, start: float
+        self, decoding, choices, drafts, leads, skips, passes, segments, chunks, report: StepReport, start: float
     ) -> None:
         bases = {seg.seq: len(self.target.tokens[seg.seq]) for seg in segments}
         report.rows = sum(len(seg.tokens) for seg in segments)
@@ -375,7 +382,13 @@ class Engine:
         for state, logits in zip(decoding, rows):
             draft = drafts.get(state.seq, EMPTY)
             update, outcome = self._accept(
-                state, choices.get(state.seq, PLAIN), draft, logits, bases[state.seq], leads.get(state.seq)
+                state,
+                choices.get(state.seq, PLAIN),
+                draft,
+                logits,
+                bases[state.seq],
+                leads.get(state.seq),
+                skips.get(state.seq, 0),
             )
             report.updates.append(update)
             outcomes.append((state, update, outcome))
@@ -402,16 +415,25 @@ class Engine:
                 report.updates.append(update)
 
     def _accept(
-        self, state: SequenceState, choice: Choice, draft: Draft, logits, base: int, lead: Lead | None = None
+        self,
+        state: SequenceState,
+        choice: Choice,
+        draft: Draft,
+        logits,
+        base: int,
+        lead: Lead | None = None,
+        skipped: int = 0,
     ) -> tuple[Update, Outcome]:
         """Verify one sequence's draft, trim its cache past the first rejection, commit, learn. The
         draft's head is its constraint's `lead`: the drafter is judged on the rest, and only where
-        the lead was accepted whole (otherwise its tokens were never tried)."""
+        the lead was accepted whole (otherwise its tokens were never tried). The first `skipped`
+        rows came without logits."""
         forced, head = (lead.certain, len(lead.tokens)) if lead is not None else (0, 0)
         n_rows = len(draft.tokens)
-        rows = logits.reshape(1 + n_rows, -1) if n_rows else logits  # a plain step's row stays as it came
+        rows = logits.reshape(1 + n_rows - skipped, -1) if n_rows else logits  # a plain step's row stays as it came
         if state.matcher is not None:
-            verdict = verify_constrained(draft.tokens, draft.q, rows, state.sampling, state.rng, state.matcher, forced)
+            after = rows[forced - skipped :] if n_rows else rows  # the rows from the first unforced token on
+            verdict = verify_constrained(draft.tokens, draft.q, after, state.sampling, state.rng, state.matcher, forced)
         else:
             verdict = self.policy.verifier(draft.tokens, draft.q, rows, state.sampling, state.rng)
         self.target.trim(state.seq, base + 1 + verdict.accepted)

@@ -264,3 +264,23 @@ def test_logits_are_read_from_where_llama_cpp_keeps_them_as_passes_grow(tiny_tar
     finally:
         ctx.close()
         fresh.close()
+
+
+@pytest.mark.parametrize("skip", [1, 3])
+def test_a_segment_skipping_its_first_rows_returns_the_rest_as_a_full_pass_would(tiny_target, skip):
+    """Rows predicting tokens a constraint forces are never read: a segment may leave them out of
+    its logits; the rows it returns are the full pass's, beside another segment's in the same pass."""
+    model = Model(tiny_target, LoadOptions(use_extra_bufts=False))
+    ctx = Context(model, n_ctx=256, n_threads=1, n_seq=2)
+    try:
+        prompt, other = [5, 9, 14, 3], [40, 41]
+        ctx.decode([Segment(0, prompt, "none"), Segment(1, other, "none")])
+        step = [17, 23, 31, 44, 50]
+        full, beside = ctx.decode([Segment(0, step, "all"), Segment(1, [42], "last")])
+        ctx.trim(0, len(prompt))
+        ctx.trim(1, len(other))
+        skipped, beside_again = ctx.decode([Segment(0, step, "all", skip), Segment(1, [42], "last")])
+        assert skipped.shape == (len(step) - skip, model.n_vocab)
+        assert np.allclose(skipped, full[skip:], atol=5e-2) and np.allclose(beside_again, beside, atol=5e-2)
+    finally:
+        ctx.close()

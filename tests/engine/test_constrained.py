@@ -76,11 +76,16 @@ def test_a_draft_token_the_target_prefers_but_the_constraint_refuses_is_rejected
     assert verdict.tokens == [2] and verdict.accepted == 0
 
 
-def test_forced_tokens_are_kept_without_a_look_at_their_rows():
+def test_forced_tokens_are_kept_without_their_rows():
     matcher = StandIn([{4}, {1}, {1, 2}])
-    block = rows([9, 0, 0, 0, 0, 0], [9, 0, 0, 0, 0, 0], [0, 0, 3, 0, 0, 0])  # rows that would refuse them
-    verdict = verify_constrained([4, 1], None, block, GREEDY, make_rng(0), matcher, forced=2)
+    after = rows([0, 0, 3, 0, 0, 0])  # only the row after the forced tokens: theirs are never read
+    verdict = verify_constrained([4, 1], None, after, GREEDY, make_rng(0), matcher, forced=2)
     assert verdict.tokens == [4, 1, 2] and verdict.accepted == 2
+    matcher = StandIn([{4}, {1, 3}, {5}])
+    verdict = verify_constrained(
+        [4, 3], None, rows([0, 9, 0, 1, 0, 0], [0] * 6), GREEDY, make_rng(0), matcher, forced=1
+    )
+    assert verdict.tokens == [4, 1] and verdict.accepted == 1  # 3 was drafted after the forced 4, and refused
 
 
 def test_the_answer_ends_at_the_token_that_completes_the_constraint():

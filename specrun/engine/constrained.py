@@ -45,6 +45,22 @@ def constrained_dist(row: np.ndarray, sampling: SamplingParams, matcher: Matcher
     return Dist(tuple(i for i, _ in kept), tuple(p for _, p in kept))
 
 
+def guided_row(row, matcher: Matcher):
+    """A draft's row restricted to what its constraint allows: a full row masked, or a shortlist
+    cut to its allowed candidates (None when none is: the draft stops there)."""
+    mask = matcher.allowed()
+    if isinstance(row, Shortlist):
+        ids = np.asarray(row.ids)
+        keep = mask[ids]
+        if not keep.any():
+            return None
+        return Shortlist(ids[keep], np.asarray(row.logits)[keep])
+    ids = np.flatnonzero(mask)
+    if len(ids) * 2 < len(mask):  # few allowed: their own shortlist, as constrained_dist takes them
+        return Shortlist(ids.astype(np.int32), row[ids]) if len(ids) else None
+    return np.where(mask, row, -np.inf).astype(np.float32, copy=False)
+
+
 def constrained_pick(row: np.ndarray, sampling: SamplingParams, rng: Rng, matcher: Matcher) -> int:
     """The next token from one full row under the constraint: the best allowed, or a draw."""
     if sampling.greedy:

@@ -111,6 +111,16 @@ class Matcher:
         bits = np.frombuffer(self._matcher.compute_bitmask(), dtype=np.uint8)
         return np.unpackbits(bits, bitorder="little")[: self.n_vocab].astype(bool)
 
+    def fork(self, tokens: Sequence[int] = ()) -> Matcher:
+        """A copy that has also consumed `tokens`: what a drafter follows its own draft with,
+        leaving the sequence's matcher where verification left it."""
+        copy = object.__new__(Matcher)
+        copy.constraint, copy.n_vocab, copy._tokenizer = self.constraint, self.n_vocab, self._tokenizer
+        copy._matcher = self._matcher.deep_copy()
+        copy.forced_total = copy.masked_rows = 0
+        copy.consume(tokens)
+        return copy
+
     def consume(self, tokens: Sequence[int]) -> None:
         """Advance past committed tokens."""
         for token in tokens:

@@ -29,6 +29,7 @@ from .auto.plan import Candidate, Option, fixed
 from .constrained import constrained_pick, verify_constrained
 from .drafting.protocol import Draft, Drafter, DraftRequest, DraftTuning
 from .llama import Context, Segment, common_prefix
+from .matcher import Matcher
 from .prompt_cache import TARGET, PromptCache, Saved
 from .sampling import Dist, make_rng
 from .sequence import GenerationSettings, Lead, SequenceState
@@ -43,6 +44,14 @@ def _after(state: SequenceState, leads: Mapping[int, Lead]) -> list[int]:
     """A sequence's history with the tokens its constraint leads with: what its drafters draft after."""
     lead = leads.get(state.seq)
     return state.history + lead.tokens if lead is not None else state.history
+
+
+def _guide(state: SequenceState, leads: Mapping[int, Lead]) -> Matcher | None:
+    """What a drafter that draws its tokens follows: the sequence's constraint after its lead."""
+    if state.matcher is None:
+        return None
+    lead = leads.get(state.seq)
+    return state.matcher.fork(lead.tokens if lead is not None else ())
 
 
 LIKELY = 0.9  # the chance a likely token of forced text is the model's own tokenization of it
@@ -561,7 +570,7 @@ class Engine:
                     drafts[s.seq] = proposals[choice.drafter][s.seq].cut(choice.k)
             else:
                 requests.setdefault(choice.drafter, []).append(
-                    DraftRequest(s.seq, _after(s, leads), choice.k, s.sampling, s.rng)
+                    DraftRequest(s.seq, _after(s, leads), choice.k, s.sampling, s.rng, _guide(s, leads))
                 )
         passes = {}
         for name, asked in requests.items():

@@ -21,6 +21,7 @@ from specrun.engine.sequence import GenerationSettings
 from specrun.runtime.pair import Pair, PairConfig
 
 MODES = ["off", "ngram", "draft", "hybrid", "auto"]
+CHI2_999_11 = 31.26  # 99.9% quantile at 11 degrees of freedom
 
 
 # -- verification against a stand-in matcher -------------------------------------------------------
@@ -283,10 +284,10 @@ def exact_first_two(pair: Pair, prompt: list[int], sampling: SamplingParams, mad
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["draft", "ngram"])
 def test_constrained_sampling_follows_the_constrained_target_distribution(pair, mode):
-    """The draft model's drafts come with their q (drawn from the unconstrained draft model), prompt
-    lookup's are deterministic: both keep the constrained target's distribution of the first two
-    tokens (at most 9 cells with top-k 3)."""
-    sampling = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, min_p=0.0)
+    """The draft model's drafts are drawn from its own distribution restricted to what the
+    constraint allows, and come with that q; prompt lookup's are deterministic: both keep the
+    constrained target's distribution of the first two tokens (12 cells: 3 letters, then 4)."""
+    sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     made = constraint.regex(r"[a-c][a-d][a-z]*")
     prompt = pair.prompt_tokens("abacadbabbbcbdcacbcccdabacbd", chat=False)
     exact = exact_first_two(pair, prompt, sampling, made)
@@ -298,8 +299,8 @@ def test_constrained_sampling_follows_the_constrained_target_distribution(pair, 
         counts[(tokens[0], tokens[1])] += 1
         drafted += generation.stats.drafted
     statistic = sum((counts[c] - RUNS * p) ** 2 / (RUNS * p) for c, p in exact.items())
-    assert drafted > RUNS // 10
-    assert statistic < CHI2_999, (statistic, counts, exact)
+    assert len(exact) == 12 and drafted > RUNS // 10
+    assert statistic < CHI2_999_11, (statistic, counts, exact)
 
 
 # -- the other drafters: MTP heads and drafts through text -------------------------------------------
@@ -348,3 +349,19 @@ def test_drafts_through_text_give_constrained_answers_that_validate(tiny_dir, te
         loaded.close()
     if temperature == 0.0:
         assert answers["text"] == answers["off"]
+
+
+def test_a_guided_draft_draws_only_what_its_constraint_allows_and_advances_its_guide():
+    from specrun.engine.drafting.depth import choose
+    from specrun.engine.drafting.protocol import Draft, DraftRequest, DraftTuning
+    from specrun.engine.shortlist import Shortlist
+
+    sampling = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    guide = StandIn([{1, 3}, {0}])
+    request = DraftRequest(0, [], 4, sampling, make_rng(0), guide)
+    draft = Draft(q=[], confidence=[])
+    token = choose(request, rows([5, 1, 0, 2, 9, 0])[0], draft, 1, DraftTuning())
+    assert token in (1, 3) and guide.consumed == [token]
+    assert set(draft.q[0].ids) == {1, 3}  # q is what the token was drawn from: the allowed ones
+    cut = Shortlist(np.array([4, 5]), np.array([1.0, 2.0]))  # a shortlist with nothing allowed: the draft stops
+    assert choose(request, cut, draft, 2, DraftTuning()) is None and draft.tokens == [token]

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..shortlist import argmax
+from ..constrained import guided_row
+from ..shortlist import Shortlist, argmax
 from .protocol import Draft, DraftPass, DraftRequest, DraftTuning, Proposals
 
 # One depth's pass for the sequences still drafting (depth 0 first): each one's logits, with
@@ -25,8 +26,11 @@ DepthPass = Callable[[Sequence[DraftRequest], int], tuple[Sequence[tuple[np.ndar
 Advance = Callable[[DraftRequest, int, Any], None]
 
 
-def top_probability(logits: np.ndarray) -> float:
-    """Softmax probability of the argmax, without materialising the distribution."""
+def top_probability(logits) -> float:
+    """Softmax probability of the argmax, without materialising the distribution (of a full row,
+    or of a shortlist's candidates)."""
+    if isinstance(logits, Shortlist):
+        logits = np.asarray(logits.logits, dtype=np.float32)
     shifted = logits - logits.max()
     return float(1.0 / np.exp(shifted).sum())
 
@@ -34,7 +38,14 @@ def top_probability(logits: np.ndarray) -> float:
 def choose(request: DraftRequest, logits: np.ndarray, draft: Draft, depth: int, tuning: DraftTuning) -> int | None:
     """The token at `depth` of one sequence's draft, appended to it with its confidence (and its
     distribution q when sampling, so verification stays exact); None when the draft stops here:
-    its confidence fell below `draft_p_min` after `draft_min` tokens."""
+    its confidence fell below `draft_p_min` after `draft_min` tokens, or its guide allows none of
+    the row's candidates. A guided draft chooses among what its constraint allows, q restricted
+    the same way, and the guide takes the token."""
+    guide = request.guide
+    if guide is not None:
+        logits = guided_row(logits, guide)
+        if logits is None:
+            return None
     q = None
     if request.sampling.greedy:
         token = argmax(logits)
@@ -49,6 +60,8 @@ def choose(request: DraftRequest, logits: np.ndarray, draft: Draft, depth: int, 
     draft.confidence.append(confidence)
     if q is not None:
         draft.q.append(q)
+    if guide is not None:
+        guide.consume([token])
     return token
 
 

@@ -25,6 +25,7 @@ from ..sampling import Dist, Rng, SamplingParams
 
 if TYPE_CHECKING:
     from ..llama import Context
+    from ..matcher import Matcher
     from .vocab_bridge import VocabBridge
 
 
@@ -75,13 +76,17 @@ class Sources:
 
 @dataclass(frozen=True)
 class DraftRequest:
-    """What one sequence asks of a drafter this step: up to k tokens to follow its history."""
+    """What one sequence asks of a drafter this step: up to k tokens to follow its history; for a
+    constrained sequence, `guide`: its constraint where the history ends, for the drafter to
+    follow (a drafter that draws its tokens must then draw them from what the guide allows, and
+    advance it by each)."""
 
     seq: int
     history: Sequence[int]
     k: int
     sampling: SamplingParams
     rng: Rng
+    guide: Matcher | None = None
 
 
 @dataclass(frozen=True)

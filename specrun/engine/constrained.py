@@ -20,7 +20,7 @@ import numpy as np
 
 from .matcher import Matcher
 from .sampling import Dist, Rng, SamplingParams
-from .shortlist import Shortlist
+from .shortlist import Shortlist, argmax
 from .verify import Verdict
 
 
@@ -29,36 +29,35 @@ def restricted_row(row: np.ndarray, matcher: Matcher) -> np.ndarray:
     return np.where(matcher.allowed(), row, -np.inf).astype(np.float32, copy=False)
 
 
-def constrained_dist(row: np.ndarray, sampling: SamplingParams, matcher: Matcher) -> Dist:
-    """The target's distribution at this position under the constraint (sampling only). Few allowed
-    tokens (a number, a key) are taken as a shortlist of their own; most of the vocabulary (inside a
-    string) as the row with the rest masked, where top-k's threshold search stays quick."""
+def _restricted(row: np.ndarray | Shortlist, matcher: Matcher) -> np.ndarray | Shortlist | None:
+    """A row as the constraint leaves it, in the cheapest form that gives the same distribution: a
+    shortlist cut to its allowed candidates; few allowed tokens of a full row (a number, a key) as
+    a shortlist of their own, so top-k does not search a row of -inf; most of the vocabulary
+    (inside a string) as the row masked. None when nothing allowed is left."""
     mask = matcher.allowed()
+    if isinstance(row, Shortlist):
+        ids = np.asarray(row.ids)
+        keep = mask[ids]
+        return Shortlist(ids[keep], np.asarray(row.logits)[keep]) if keep.any() else None
     ids = np.flatnonzero(mask)
     if len(ids) * 2 < len(mask):
-        dist = sampling.dist(Shortlist(ids.astype(np.int32), row[ids]))
-    else:
-        dist = sampling.dist(np.where(mask, row, -np.inf).astype(np.float32, copy=False))
+        return Shortlist(ids.astype(np.int32), row[ids]) if len(ids) else None
+    return np.where(mask, row, -np.inf).astype(np.float32, copy=False)
+
+
+def constrained_dist(row: np.ndarray, sampling: SamplingParams, matcher: Matcher) -> Dist:
+    """The target's distribution at this position under the constraint (sampling only)."""
+    dist = sampling.dist(_restricted(row, matcher))
     if all(p > 0 for p in dist.p):
         return dist
     kept = [(i, p) for i, p in zip(dist.ids, dist.p) if p > 0]
     return Dist(tuple(i for i, _ in kept), tuple(p for _, p in kept))
 
 
-def guided_row(row, matcher: Matcher):
-    """A draft's row restricted to what its constraint allows: a full row masked, or a shortlist
-    cut to its allowed candidates (None when none is: the draft stops there)."""
-    mask = matcher.allowed()
-    if isinstance(row, Shortlist):
-        ids = np.asarray(row.ids)
-        keep = mask[ids]
-        if not keep.any():
-            return None
-        return Shortlist(ids[keep], np.asarray(row.logits)[keep])
-    ids = np.flatnonzero(mask)
-    if len(ids) * 2 < len(mask):  # few allowed: their own shortlist, as constrained_dist takes them
-        return Shortlist(ids.astype(np.int32), row[ids]) if len(ids) else None
-    return np.where(mask, row, -np.inf).astype(np.float32, copy=False)
+def guided_row(row: np.ndarray | Shortlist, matcher: Matcher) -> np.ndarray | Shortlist | None:
+    """A draft's row restricted to what its constraint allows (None when nothing is: the draft
+    stops there)."""
+    return _restricted(row, matcher)
 
 
 def constrained_pick(row: np.ndarray, sampling: SamplingParams, rng: Rng, matcher: Matcher) -> int:
@@ -68,7 +67,7 @@ def constrained_pick(row: np.ndarray, sampling: SamplingParams, rng: Rng, matche
         if matcher.allows(best):
             return best
         matcher.masked_rows += 1
-        return int(np.argmax(restricted_row(row, matcher)))
+        return argmax(_restricted(row, matcher))
     return constrained_dist(row, sampling, matcher).sample(rng)
 
 
@@ -90,35 +89,28 @@ def verify_constrained(
     kept: list[int] = []
     for i in range(len(draft) + 1):
         token = draft[i] if i < len(draft) else None
-        q = q_rows[i] if q_rows is not None and token is not None else None
-        if i < forced or _accepts(token, rows[i - forced], q, sampling, rng, matcher):
-            matcher.consume([token])
-            kept.append(token)
-            if matcher.stopped:  # the constraint is complete: the answer ends with this token
-                return Verdict(i, kept)
-            continue
-        matcher.consume([choice := _replacement(token, rows[i - forced], q_rows, i, sampling, rng, matcher)])
-        return Verdict(i, kept + [choice])
+        choice = token if i < forced else _verdict_at(token, rows[i - forced], q_rows, i, sampling, rng, matcher)
+        matcher.consume([choice])
+        if choice != token:  # rejected, or the row after the last draft token
+            return Verdict(i, kept + [choice])
+        kept.append(token)
+        if matcher.stopped:  # the constraint is complete: the answer ends with this token
+            return Verdict(i, kept)
     raise AssertionError("unreachable: the last row always ends verification")
 
 
-def _accepts(token: int | None, row, q: Dist | None, sampling: SamplingParams, rng: Rng, matcher: Matcher) -> bool:
-    """Whether the draft token at this row is kept (never the row after the last draft token)."""
-    if token is None:
-        return False
-    if sampling.greedy:
-        return constrained_pick(row, sampling, rng, matcher) == token
-    q_token = 1.0 if q is None else q.prob(token)
-    return q_token > 0 and rng.random() * q_token < constrained_dist(row, sampling, matcher).prob(token)
-
-
-def _replacement(token, row, q_rows, i: int, sampling: SamplingParams, rng: Rng, matcher: Matcher) -> int:
-    """The target's token at the first rejection (or after the last draft token): the best allowed
-    when greedy, else a draw from the residual of the constrained distribution."""
+def _verdict_at(token: int | None, row, q_rows, i: int, sampling: SamplingParams, rng: Rng, matcher: Matcher) -> int:
+    """The token verification keeps at this row: the draft's `token` when accepted, else the
+    target's own (the best allowed when greedy; a draw from the residual of the constrained
+    distribution at a rejection, or from that distribution after the last draft token). The row
+    is restricted once."""
     if sampling.greedy:
         return constrained_pick(row, sampling, rng, matcher)
     p = constrained_dist(row, sampling, matcher)
     if token is None:
         return p.sample(rng)
+    q_token = 1.0 if q_rows is None else q_rows[i].prob(token)
+    if q_token > 0 and rng.random() * q_token < p.prob(token):
+        return token
     residual = p.without(token) if q_rows is None else p.minus(q_rows[i])
     return (residual or p).sample(rng)

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from .. import defaults
 from ..errors import InputError
 
-KINDS = ("json_schema", "json_object", "regex", "lark", "gbnf")
-
 
 class ConstraintError(InputError):
     """A schema, regex or grammar that cannot constrain an answer (exit 2; 400 `invalid_schema`)."""
@@ -31,10 +29,15 @@ class Constraint:
     source: str
     grammar: str
 
-    def describe(self) -> str:
-        """One line for reports: the kind and the start of what was given."""
-        text = " ".join(self.source.split())
-        return f"{self.kind}: {text[:60]}{'…' if len(text) > 60 else ''}"
+
+def one_of(options: Mapping[str, object]) -> tuple[str, object] | None:
+    """The one constraint option given, as (name, value); None when none is (a value of None is
+    not given). Several are a ConstraintError naming them: an answer is constrained one way."""
+    given = [(name, value) for name, value in options.items() if value is not None]
+    if len(given) > 1:
+        named = " and ".join(name for name, _ in given)
+        raise ConstraintError(f"{named} given together", "constrain the answer one way")
+    return given[0] if given else None
 
 
 def limits():

@@ -17,7 +17,6 @@ from ..errors import InputError
 from .constraint import Constraint, ConstraintError, limits
 from .llama import Model
 
-_TOKENIZERS: dict[int, object] = {}  # id(model) -> llguidance tokenizer, kept while the model lives
 _LOCK = threading.Lock()
 
 
@@ -62,7 +61,6 @@ class Matcher:
         self.n_vocab = model.n_vocab
         self._tokenizer = grammar_tokenizer(model)
         self._matcher = llguidance.LLMatcher(self._tokenizer, constraint.grammar, limits=limits())
-        self.forced_total = 0  # tokens the constraint forced, for reports
         self.masked_rows = 0  # rows whose best token the constraint refused
         self._check()
 
@@ -78,10 +76,6 @@ class Matcher:
     def stopped(self) -> bool:
         """Nothing but the end of the answer may follow: the constraint is complete."""
         return self._matcher.is_stopped()
-
-    @property
-    def failed(self) -> bool:
-        return self._matcher.is_error()
 
     def allows(self, token: int) -> bool:
         return self._matcher.validate_tokens([int(token)]) == 1
@@ -117,7 +111,7 @@ class Matcher:
         copy = object.__new__(Matcher)
         copy.constraint, copy.n_vocab, copy._tokenizer = self.constraint, self.n_vocab, self._tokenizer
         copy._matcher = self._matcher.deep_copy()
-        copy.forced_total = copy.masked_rows = 0
+        copy.masked_rows = 0
         copy.consume(tokens)
         return copy
 

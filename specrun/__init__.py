@@ -59,16 +59,11 @@ def constraint_from(
     """The constraint an answer must meet: a JSON schema (a dict or its JSON text; `{"type":
     "object"}` for any object), a regex the whole answer matches, or a grammar (Lark or GBNF); at
     most one. ConstraintError (an InputError) names what is wrong with it."""
-    given = [name for name, value in (("schema", schema), ("regex", regex), ("grammar", grammar)) if value is not None]
-    if len(given) > 1:
-        raise ConstraintError(f"{' and '.join(given)} given together", "constrain the answer one way")
-    if schema is not None:
-        return constraint.json_schema(schema)
-    if regex is not None:
-        return constraint.regex(regex)
-    if grammar is not None:
-        return constraint.grammar(grammar)
-    return None
+    chosen = constraint.one_of({"schema": schema, "regex": regex, "grammar": grammar})
+    if chosen is None:
+        return None
+    kind, value = chosen
+    return {"schema": constraint.json_schema, "regex": constraint.regex, "grammar": constraint.grammar}[kind](value)
 
 
 def _prompt(

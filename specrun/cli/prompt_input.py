@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..engine import constraint
-from ..engine.constraint import Constraint, ConstraintError
+from ..engine.constraint import Constraint
 from ..errors import InputError, read_text_file
 
 
@@ -36,17 +36,14 @@ def read_prediction(path: Path | None) -> str | None:
 def read_constraint(json_schema: str | None, grammar: Path | None, regex: str | None) -> Constraint | None:
     """The constraint of `--json-schema FILE|JSON`, `--grammar FILE` or `--regex PATTERN` (at most
     one), compiled before any model loads so a bad one fails at once."""
-    flags = (("--json-schema", json_schema), ("--grammar", grammar), ("--regex", regex))
-    given = [flag for flag, value in flags if value]
-    if len(given) > 1:
-        raise ConstraintError(f"{' and '.join(given)} given together", "constrain the answer one way")
-    if json_schema:
-        inline = json_schema.lstrip().startswith(("{", "true", "false"))
-        text = json_schema if inline else read_text_file(json_schema, "--json-schema")
-        where = "--json-schema" if inline else f"--json-schema {json_schema}"
-        return constraint.json_schema(text, what=where)
-    if grammar is not None:
-        return constraint.grammar(read_text_file(grammar, "--grammar"), what=f"--grammar {grammar}")
-    if regex:
-        return constraint.regex(regex)
-    return None
+    chosen = constraint.one_of({"--json-schema": json_schema or None, "--grammar": grammar, "--regex": regex or None})
+    if chosen is None:
+        return None
+    flag, value = chosen
+    if flag == "--json-schema":
+        inline = value.lstrip().startswith(("{", "true", "false"))
+        text = value if inline else read_text_file(value, flag)
+        return constraint.json_schema(text, what=flag if inline else f"{flag} {value}")
+    if flag == "--grammar":
+        return constraint.grammar(read_text_file(value, flag), what=f"{flag} {value}")
+    return constraint.regex(value)

@@ -40,7 +40,7 @@ from .schemas import (
     new_id,
 )
 from .service import RequestError, Service
-from .tools import ToolDeltas, tool_calls_field
+from .tools import ToolDeltas, finish_reason, tool_calls_field
 from .worker import EngineStopped, Event, Handle, QueueFull, ShuttingDown
 
 CLIENT_GONE = 499  # nginx's status for a client that closed the connection; nobody receives it
@@ -124,8 +124,8 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
                 return _tokens(chat_chunk(rid, model, delta), ev.tokens, body)
 
             def closing(ev: Event) -> dict:
-                reason = "tool_calls" if calls is not None and calls.calls and ev.finish_reason == "stop" else None
-                return chat_chunk(rid, model, {}, reason or ev.finish_reason, ev.report)
+                reason = finish_reason(ev.finish_reason, calls is not None and calls.calls > 0)
+                return chat_chunk(rid, model, {}, reason, ev.report)
 
             return _stream(handle, events, first, piece, closing, body.return_tokens, opened)
         answer = await _collect(handle, events, request)
@@ -138,7 +138,7 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
             parsed = job.tools.parse(content)
             if parsed.calls:
                 content, calls = parsed.content or None, tool_calls_field(parsed)
-                finish = "tool_calls" if finish == "stop" else finish
+                finish = finish_reason(finish, True)
         response = chat_response(rid, model, content, finish, last.report, reasoning, calls)
         return _tokens(response, tokens, body)
 

@@ -30,7 +30,7 @@ from ..runtime.session import Session
 from .metrics import Metrics
 from .requests import Job
 from .schemas import MAX_TOKENS_FIELDS, ChatRequest, CompletionRequest, Sampling
-from .tools import ToolRequestError, ToolUse, call_constraint, template_messages, tool_use, warn_unread_syntax
+from .tools import ToolRequestError, call_constraint, template_messages, tool_use, unread_syntax_note
 from .worker import Worker
 
 
@@ -91,8 +91,12 @@ class Service:
         # at most 4 bytes, becomes one token), so a prompt of more bytes than this cannot fit.
         self.max_prompt_bytes = self.ctx_size * max(pair.target_model.longest_piece(), 4)
         template = pair.chat_format.template
-        # How the target's chat template writes a tool call (None: no syntax specrun reads).
+        # How the target's chat template writes a tool call (None: no syntax specrun reads), and
+        # which of its markers are single tokens of the vocabulary (the call grammars name them).
         self.tool_syntax: ToolSyntax | None = tool_syntax(template.source if template is not None else None)
+        self.tool_markers = self._special_tokens(self.tool_syntax)
+        self._warn = warn
+        self._unread_syntax_said = False
         # The cache of every finished request is kept for a follow-up: as many sequences again as decode together.
         # Caches given up beyond those are saved to host RAM, up to --cache-ram.
         self.session = Session(
@@ -196,8 +200,10 @@ class Service:
             raise RequestError(str(error), error.param, "invalid_tools") from None
         if use is not None:
             self._check_bytes(len(json.dumps(list(use.tools))), "tools")
-            if use.syntax is None:
-                warn_unread_syntax(self.pair.target_model.path.name)
+            if use.syntax is None and not self._unread_syntax_said:
+                self._unread_syntax_said = True
+                if self._warn is not None:
+                    self._warn(unread_syntax_note(self.pair.target_model.path.name))
         try:
             prompt = self.pair.chat_format.prompt(messages, variables=variables, tools=use.tools if use else None)
         except SpecrunError as error:
@@ -211,7 +217,7 @@ class Service:
             )
         if use is not None and job.settings.constraint is None:  # under "auto", a response_format wins
             try:
-                made = call_constraint(use, self._special_tokens(use), prompt.tags, prompt.inside_reasoning)
+                made = call_constraint(use, self.tool_markers, prompt.tags, prompt.inside_reasoning)
             except ToolRequestError as error:
                 raise RequestError(str(error), error.param, "invalid_tools") from None
             if made is not None:
@@ -222,11 +228,11 @@ class Service:
             job, reasoning=prompt.tags, inside_reasoning=prompt.inside_reasoning, boundaries=boundaries, tools=use
         )
 
-    def _special_tokens(self, use: ToolUse) -> dict[str, int]:
+    def _special_tokens(self, syntax: ToolSyntax | None) -> dict[str, int]:
         """The call syntax's markers that are single tokens of the model's vocabulary, by text."""
-        model = self.engine.target.model
+        model = self.pair.target_model
         found = {}
-        for marker in {use.syntax.opening, use.syntax.closing} - {""} if use.syntax is not None else ():
+        for marker in {syntax.opening, syntax.closing} - {""} if syntax is not None else ():
             ids = model.tokenize(marker, add_special=False, parse_special=True)
             if len(ids) == 1:
                 found[marker] = ids[0]

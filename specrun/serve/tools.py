@@ -12,7 +12,6 @@ as bare JSON `{"name": …, "arguments": …}` where specrun cannot write that s
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -72,7 +71,7 @@ def tool_use(
             raise ToolRequestError(
                 f"tool_choice names the function {named!r}, which tools does not declare", "tool_choice"
             )
-    if choice in ("required",) and not tools:
+    if choice == "required" and not tools:
         raise ToolRequestError('tool_choice "required" needs at least one tool in tools', "tool_choice")
     if not tools or choice == "none":
         return None
@@ -219,16 +218,15 @@ class ToolDeltas:
         return deltas
 
 
-_WARNED = False
+def finish_reason(reason: str, called: bool) -> str:
+    """OpenAI's finish reason for an answer that may call tools: "tool_calls" when it called one
+    and ended of itself, else the engine's (a call cut by max_tokens is still "length")."""
+    return "tool_calls" if called and reason == "stop" else reason
 
 
-def warn_unread_syntax(model_name: str) -> None:
-    """Said once: the template shows no call syntax specrun reads, so calls are read only as bare JSON."""
-    global _WARNED
-    if not _WARNED:
-        _WARNED = True
-        print(
-            f"specrun: note: {model_name}'s chat template shows no tool-call syntax specrun reads; "
-            "calls are read from answers that are bare JSON calls, other answers are content",
-            file=sys.stderr,
-        )
+def unread_syntax_note(model_name: str) -> str:
+    """What is said once when a template shows no call syntax specrun reads."""
+    return (
+        f"specrun: note: {model_name}'s chat template shows no tool-call syntax specrun reads; "
+        "calls are read from answers that are bare JSON calls, other answers are content"
+    )

@@ -175,3 +175,12 @@ def test_under_auto_a_syntax_whose_opened_calls_are_written_runs_constrained(ser
     assert message["content"] and "tool_calls" not in message and "\ufffd" not in message["content"]
     free = chat(server.url, tools=TOOLS, tool_choice="auto", max_tokens=24).json()
     assert "forced_n" not in free["timings"]  # this template shows no syntax: nothing is constrained
+
+
+def test_a_template_without_a_call_syntax_is_said_once_through_the_servers_warnings(server, monkeypatch):
+    said: list[str] = []
+    monkeypatch.setattr(server.service, "_warn", said.append)
+    monkeypatch.setattr(server.service, "_unread_syntax_said", False)
+    for _ in range(2):
+        assert chat(server.url, tools=TOOLS, max_tokens=2).status_code == 200
+    assert len(said) == 1 and "no tool-call syntax" in said[0]

@@ -10,21 +10,9 @@
 # target file, as `specrun pairs` places it. Writes OUT_DIR/{specrun-auto,llama-plain,llama-ngram-mod}.json and prints each run's summary.
 set -euo pipefail
 
-if [ $# -lt 2 ]; then
-    echo "usage: scripts/agent_bench.sh LLAMA_SERVER OUT_DIR" >&2
-    exit 2
-fi
-LLAMA_SERVER=$1
-OUT=$2
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYTHON:-$HERE/.venv/bin/python}
-CTX=${CTX:-4096}
-THREADS=${THREADS:-$(nproc)}
-PORT=${PORT:-8097}
-mkdir -p "$OUT"
 NAME=agent_bench
 # shellcheck source=scripts/server_runs.sh
-. "$HERE/scripts/server_runs.sh"
+. "$(dirname "$0")/server_runs.sh"
 TARGET=$(default_target)
 
 client() {  # label, results file

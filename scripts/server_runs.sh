@@ -1,9 +1,22 @@
 # Sourced by the scripts that run one client against specrun's server and llama-server in turn
-# (agent_bench.sh, structured_bench.sh): the default pair in place, its target's path, and one
-# server at a time started, waited for, measured and stopped.
+# (agent_bench.sh, structured_bench.sh), called as `scripts/NAME.sh LLAMA_SERVER OUT_DIR`: their
+# arguments and settings (PYTHON, CTX, THREADS, PORT from the environment), the default pair in
+# place, its target's path, and one server at a time started, waited for, measured and stopped.
 #
-# The caller sets HERE (the repository), PY (its Python), PORT, OUT (the results folder) and NAME
-# (its own name, for messages).
+# The caller sets NAME (its own name) before sourcing, and defines `client LABEL RESULTS_FILE`.
+
+if [ $# -lt 2 ]; then
+    echo "usage: scripts/$NAME.sh LLAMA_SERVER OUT_DIR" >&2
+    exit 2
+fi
+LLAMA_SERVER=$1
+OUT=$2
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PY=${PYTHON:-$HERE/.venv/bin/python}
+CTX=${CTX:-4096}
+THREADS=${THREADS:-$(nproc)}
+PORT=${PORT:-8097}
+mkdir -p "$OUT"
 
 # The default pair fetched where it is missing; prints its target's path.
 default_target() {

@@ -11,22 +11,10 @@
 # target file with its defaults. Writes OUT_DIR/{specrun-auto,llama-server}.json.
 set -euo pipefail
 
-if [ $# -lt 2 ]; then
-    echo "usage: scripts/structured_bench.sh LLAMA_SERVER OUT_DIR" >&2
-    exit 2
-fi
-LLAMA_SERVER=$1
-OUT=$2
-HERE=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYTHON:-$HERE/.venv/bin/python}
-CTX=${CTX:-4096}
-THREADS=${THREADS:-$(nproc)}
-PORT=${PORT:-8097}
-TOKENS=${TOKENS:-192}
-mkdir -p "$OUT"
 NAME=structured_bench
+TOKENS=${TOKENS:-192}
 # shellcheck source=scripts/server_runs.sh
-. "$HERE/scripts/server_runs.sh"
+. "$(dirname "$0")/server_runs.sh"
 TARGET=$(default_target)
 
 client() {  # label, results file

@@ -123,6 +123,42 @@ def _meta(model, key: str) -> str | None:
     return buf.value.decode("utf-8", "replace")
 
 
+FEATURE_HEAD_ARCHS = ("eagle3", "dflash")  # heads that draft from a target's layer inputs
+
+
+@dataclass(frozen=True)
+class FeatureHead:
+    """What a head that reads a target's layer inputs says of itself: its kind ("eagle3",
+    "dflash"), the target layers it reads, the target width it was made for, and for DFlash its
+    block (the most tokens one pass proposes is block - 1), mask token, whether its block attends
+    causally, and its selector's top-k (DFlash2; 0: none)."""
+
+    kind: str
+    layers: tuple[int, ...]
+    target_embd: int
+    block: int = 0
+    mask: int = -1
+    causal: bool = False
+    selector_top_k: int = 0
+
+    @classmethod
+    def of(cls, model: Model) -> FeatureHead:
+        from .feature_api import api, target_layers
+
+        kind = model.arch
+        if kind == "eagle3":
+            return cls(kind, target_layers(model.ptr), _int(_meta(model.ptr, "eagle3.target_hidden_size")) or 0)
+        return cls(
+            kind,
+            target_layers(model.ptr),
+            model.n_embd,
+            block=_int(_meta(model.ptr, "dflash.block_size")) or 16,
+            mask=int(_llama().llama_vocab_mask(model.vocab)),
+            causal=_meta(model.ptr, "dflash.attention.causal") == "true",
+            selector_top_k=int(api()["llama_model_dflash_selector_top_k"](model.ptr)),
+        )
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     """How a model is placed and read.
@@ -201,6 +237,10 @@ class Model(FreedOnCollection):
         self.swa_chunked = _meta(self.ptr, "general.architecture") in CHUNKED_WINDOW_ARCHS
         self.mtp_heads = int(lib.llama_model_n_layer_nextn(self.ptr)) if options.load_mtp else 0
         self.n_embd_out = int(lib.llama_model_n_embd_out(self.ptr))
+        self.n_embd = int(lib.llama_model_n_embd(self.ptr))
+        self.n_layer = int(lib.llama_model_n_layer(self.ptr))
+        self.arch = _meta(self.ptr, "general.architecture") or ""
+        self.feature_head = FeatureHead.of(self) if self.arch in FEATURE_HEAD_ARCHS else None
         self.bos = int(lib.llama_vocab_bos(self.vocab))  # -1: the vocabulary has none
         self.eos = int(lib.llama_vocab_eos(self.vocab))
 
@@ -338,6 +378,12 @@ class Context(FreedOnCollection):
 
     `hidden`: also keep, for every token decoded, the model's last hidden state (the input of its
     multi-token-prediction head), handed to `on_hidden(seq, position, rows)` after every pass.
+    `features`: instead, the inputs of these layers, side by side in each row (what an EAGLE-3
+    or DFlash head reads of its target).
+
+    A context of a feature head (`model.feature_head`) is made on its target's context (`other`,
+    whose token embedding and output projection it may borrow) and fed through `feed_head`
+    (EAGLE-3's decoder), `encode` (EAGLE-3's encoder), `inject` and `block` (DFlash).
     """
 
     def __init__(
@@ -353,6 +399,7 @@ class Context(FreedOnCollection):
         hidden: bool = False,
         head: bool = False,
         other: Context | None = None,
+        features: Sequence[int] = (),
     ):
         lib = _llama()
         self.model = model
@@ -410,9 +457,17 @@ class Context(FreedOnCollection):
         self.head = head
         self.hidden = hidden
         self.on_hidden = None
+        self.features = tuple(features)
+        feature_head = model.feature_head
         if hidden or head:
             _llama_ext().llama_set_embeddings_nextn(self.ptr, True, head)  # the head: rows for its outputs only
-        self._head_batch = lib.llama_batch_ext_init(self.ptr) if head else None
+        if feature_head is not None:  # its hidden rows for its outputs only (DFlash2: its selector's, for all)
+            _llama_ext().llama_set_embeddings_nextn(self.ptr, True, not feature_head.selector_top_k)
+            if feature_head.kind == "dflash":
+                lib.llama_set_causal_attn(self.ptr, feature_head.causal)
+        self._capturing = False
+        self.capture(bool(self.features))
+        self._head_batch = lib.llama_batch_ext_init(self.ptr) if head or feature_head is not None else None
         self._shortlists = [0] * n_seq  # each sequence's top-k cut in the graph (0: full rows)
         self._chains: dict[int, object] = {}  # sequence → the chain llama.cpp holds for it now, freed when taken off
         self._batch_arrays(lib)
@@ -642,8 +697,8 @@ class Context(FreedOnCollection):
         if self.pins:
             for index, _, end in pieces:
                 self._pin_leaving(segments[index].seq, bases[index] + end)
-        if self.hidden and self.on_hidden is not None:
-            block = float_view(_llama_ext().llama_get_embeddings_nextn(self.ptr), (row, self.model.n_embd_out))
+        if (self.hidden or self._capturing) and self.on_hidden is not None:
+            block = self._hidden_block(row)
             at = 0
             for index, start, end in pieces:
                 seg = segments[index]
@@ -663,6 +718,29 @@ class Context(FreedOnCollection):
                 block = view[at : at + n] if n else view[at]
                 out[index].append(block.copy() if copy else block)
             at += n or 1
+
+    def capture(self, on: bool) -> None:
+        """Whether passes keep the inputs of the `features` layers from now on (a change takes
+        effect at the next pass, which reserves its graph again)."""
+        on = on and bool(self.features)
+        if on == self._capturing:
+            return
+        from .feature_api import capture_layer_inputs
+
+        for layer in self.features:
+            capture_layer_inputs(self.ptr, layer, on)
+        self._capturing = on
+
+    def _hidden_block(self, rows: int) -> np.ndarray:
+        """The last pass's hidden rows: the model's last hidden state, or its `features` layer
+        inputs side by side (a view of llama.cpp's buffers when only one is read)."""
+        if not self.features:
+            return float_view(_llama_ext().llama_get_embeddings_nextn(self.ptr), (rows, self.model.n_embd_out))
+        from .feature_api import layer_inputs_address
+
+        width = self.model.n_embd
+        blocks = [float_view(layer_inputs_address(self.ptr, layer), (rows, width)) for layer in self.features]
+        return blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
 
     def _shortlist_row(self, position: int, k: int) -> Shortlist:
         """The shortlist of the output row at batch position `position`, as Python lists: what
@@ -731,6 +809,95 @@ class Context(FreedOnCollection):
             raise ValueError("head_rows needs a head context made on another context")
         return self._process_head([(seq, pos, token, row, True) for seq, pos, token, row in entries])
 
+    def encode(self, rows: np.ndarray) -> np.ndarray:
+        """EAGLE-3's encoder over target feature rows (n, width): its fused rows (n, n_embd), in
+        passes of at most n_batch rows. It reads no cache and keeps nothing."""
+        out = []
+        for start in range(0, len(rows), self.n_batch):
+            chunk = rows[start : start + self.n_batch]
+            base = len(self.tokens[0])  # the encoder ignores positions; these follow what sequence 0 holds
+            self._process_embd([(0, base + i, row) for i, row in enumerate(chunk)], encode=True)
+            out.append(float_view(_llama_ext().llama_get_embeddings_nextn(self.ptr), (len(chunk), self.model.n_embd)))
+        return np.concatenate(out) if len(out) > 1 else out[0].copy()
+
+    def inject(self, segments: Sequence[HeadSegment]) -> None:
+        """DFlash: append each segment's tokens to its sequence as the keys and values its head
+        derives from the target's feature rows (`rows`), in passes of at most n_batch rows. On
+        failure no sequence keeps any of it."""
+        self._check([Segment(seg.seq, seg.tokens) for seg in segments])
+        items = [
+            (seg.seq, i, row) for seg in segments for i, row in enumerate(seg.rows)
+        ]  # (sequence, offset, row), offsets from each sequence's end
+        with self._appending(segments) as bases:
+            at = {seg.seq: base for seg, base in zip(segments, bases)}
+            for start in range(0, len(items), self.n_batch):
+                self._process_embd([(seq, at[seq] + i, row) for seq, i, row in items[start : start + self.n_batch]])
+
+    def block(self, blocks: Sequence[tuple[int, Sequence[int]]]) -> list[np.ndarray]:
+        """DFlash: one pass over each (sequence, tokens) block placed after what its sequence
+        holds, every row an output; per block its logits (rows, n_vocab), or for a DFlash2 head its
+        selector's rows (rows, n_embd: each position's candidates and their transition scores).
+        Nothing is kept: the blocks' cells are dropped again after the pass."""
+        lattice = bool(self.model.feature_head.selector_top_k)
+        self._check([Segment(seq, tokens) for seq, tokens in blocks])
+        lib = _llama()
+        batch = self._head_batch
+        lib.llama_batch_ext_clear(batch)
+        position = (lib.llama_pos * 1)()
+        firsts = []
+        for seq, tokens in blocks:
+            base = len(self.tokens[seq])
+            for i, token in enumerate(tokens):
+                at = lib.llama_batch_ext_add_token(batch, seq, int(token))
+                position[0] = base + i
+                if at < 0 or not lib.llama_batch_ext_set_pos(batch, at, position):
+                    raise SpecrunError("llama.cpp refused an entry of a DFlash block", _HEAD_FIX)
+                if not lattice:  # the selector's rows come for every entry; logits only for those asked
+                    lib.llama_batch_ext_set_output_logits(batch, at, True)
+            firsts.append(base)
+        try:
+            total = sum(len(t) for _, t in blocks)
+            self._run_ext(lib.LLAMA_PROCESS_TYPE_DECODE, total)
+            if lattice:
+                rows = float_view(_llama_ext().llama_get_embeddings_nextn(self.ptr), (total, self.model.n_embd))
+            else:
+                rows = float_view(lib.llama_get_logits_ith(self.ptr, 0), (total, self.model.n_vocab))
+            out, at = [], 0
+            for _, tokens in blocks:
+                out.append(rows[at : at + len(tokens)].copy())
+                at += len(tokens)
+            return out
+        finally:
+            for (seq, _), first in zip(blocks, firsts):
+                lib.llama_memory_seq_rm(self.memory, seq, first, -1)
+
+    def _process_embd(self, items, *, encode: bool = False) -> None:
+        """One llama_process over (sequence, position, row) entries that carry a row and no token."""
+        lib = _llama()
+        batch = self._head_batch
+        lib.llama_batch_ext_clear(batch)
+        position = (lib.llama_pos * 1)()
+        kept = []
+        for seq, pos, row in items:
+            row = np.ascontiguousarray(row, dtype=np.float32)
+            kept.append(row)  # C reads the row when the batch is processed
+            at = lib.llama_batch_ext_add_embd(
+                batch, seq, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, row.size)
+            )
+            position[0] = pos
+            if at < 0 or not lib.llama_batch_ext_set_pos(batch, at, position):
+                raise SpecrunError("llama.cpp refused a row of a draft head's batch", _HEAD_FIX)
+            if encode:  # the encoder's rows are what it returns
+                lib.llama_batch_ext_set_output_embd(batch, at, True)
+        self._run_ext(lib.LLAMA_PROCESS_TYPE_ENCODE if encode else lib.LLAMA_PROCESS_TYPE_DECODE, len(items))
+
+    def _run_ext(self, kind: int, n: int) -> None:
+        start_time = time.perf_counter()
+        status = _llama().llama_process(self.ptr, kind, self._head_batch)
+        self.decode_seconds += time.perf_counter() - start_time
+        if status != 0:
+            raise SpecrunError(f"the draft head failed with status {status} on {n} entries", _HEAD_FIX)
+
     def _appending(self, segments) -> _Appending:
         """The passes inside append each segment's tokens to its sequence (entering gives where
         each starts): all of them when they succeed, none of them when one fails."""
@@ -762,6 +929,15 @@ class Context(FreedOnCollection):
         each item marked as an output, in order."""
         lib, ext = _llama(), _llama_ext()
         batch, width = self._head_batch, self.model.n_embd_out
+        # EAGLE-3's graph keeps every row to its end, and llama.cpp reads a pass's outputs from the
+        # first rows: a pass that returns any row makes every row an output, so each lands in place.
+        # Many rows read only to catch up go in a pass of their own first, without outputs, so
+        # llama.cpp does not copy out a vocabulary's logits for each.
+        every = self.model.feature_head is not None and any(item[4] for item in items)
+        quiet = [item for item in items if not item[4]]
+        if every and len(quiet) > QUIET_ROWS:
+            self._process_head(quiet)
+            items = [item for item in items if item[4]]
         lib.llama_batch_ext_clear(batch)
         kept, outputs = [], []
         position = (lib.llama_pos * 1)()
@@ -781,8 +957,9 @@ class Context(FreedOnCollection):
                     "llama.cpp refused an entry of a multi-token-prediction batch",
                     "use another --spec mode; SPECRUN_DEBUG=1 shows details",
                 )
-            if output:
+            if output or every:
                 lib.llama_batch_ext_set_output_logits(batch, at, True)
+            if output:
                 outputs.append(at)
         start_time = time.perf_counter()
         status = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, batch)
@@ -1006,6 +1183,10 @@ class _FloatBlock:
         self.__array_interface__ = {"data": (address, False), "shape": shape, "typestr": typestr, "version": 3}
         if row_stride is not None and len(shape) == 2:
             self.__array_interface__["strides"] = (row_stride, 4)
+
+
+_HEAD_FIX = "raise --ctx-size or use another --spec mode; SPECRUN_DEBUG=1 shows details"
+QUIET_ROWS = 8  # an EAGLE-3 pass with more rows than this that return nothing reads them in a pass of their own
 
 
 def _check_count(count: int, k: int) -> None:

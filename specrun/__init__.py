@@ -94,11 +94,11 @@ def stream(
     model's reasoning and tags included: `split_reasoning` separates them).
 
     mode: "off", "draft", "ngram", "hybrid", "text", "mtp" (the target's own multi-token-prediction
-    heads) or "auto" (the default); schema, regex, grammar: what the answer must match (see
-    `constraint_from`); think: a thinking model's reasoning on or off (the template's
-    enable_thinking; None: its default); chat_template_kwargs: other variables for the chat
-    template; prediction: the text the answer is expected to be (the file before an edit), drafted
-    from as a copy is (OpenAI's predicted outputs); options: GenerationSettings fields
+    heads), "eagle3" or "dflash" (such a head given as the draft) or "auto" (the default); schema,
+    regex, grammar: what the answer must match (see `constraint_from`); think: a thinking model's
+    reasoning on or off (the template's enable_thinking; None: its default); chat_template_kwargs:
+    other variables for the chat template; prediction: the text the answer is expected to be (the
+    file before an edit), drafted from as a copy is (OpenAI's predicted outputs); options: GenerationSettings fields
     (max_tokens, seed, draft_max, stop, ...) and sampling ones (temperature, top_k, top_p, min_p).
     """
     tokens, _ = _prompt(pair, prompt, chat, system, think, chat_template_kwargs)

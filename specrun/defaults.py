@@ -17,6 +17,9 @@ MODEL = "draft"
 TEXT = "text"  # a draft model of another vocabulary, drafting through text
 MTP = "mtp"  # the target's own multi-token-prediction (nextn) heads, or a Gemma 4 assistant
 PREDICTION = "prediction"  # a request's predicted output (OpenAI's `prediction`, `run --predict`)
+EAGLE3 = "eagle3"  # an EAGLE-3 head: one decoder layer on three of the target's layer inputs
+DFLASH = "dflash"  # a DFlash head: a block of drafts per pass from the target's layer inputs
+FEATURE_HEADS = (EAGLE3, DFLASH)  # heads given as the draft that read the target's layer inputs
 DRAFT_MODEL_DRAFTERS = (MODEL, TEXT)  # the drafters that run a draft model, one per session
 DRAFT_MAX = 4  # K in the fixed modes when neither --draft-max nor the pair says; auto starts from it
 RECURRENT_K_MAX = 8  # draft tokens a recurrent or hybrid target can take back: one state snapshot each, per sequence
@@ -48,6 +51,8 @@ MODES = {
         Mode("hybrid", (PREDICTION, LOOKUP, MODEL), needs=MODEL),
         Mode(TEXT, (PREDICTION, TEXT), needs=TEXT),
         Mode(MTP, (PREDICTION, MTP), needs=MTP),
+        Mode(EAGLE3, (PREDICTION, EAGLE3), needs=EAGLE3),
+        Mode(DFLASH, (PREDICTION, DFLASH), needs=DFLASH),
         Mode(AUTO, k_max=AUTO_K_MAX, chooses=True),
     )
 }  # --spec

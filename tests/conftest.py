@@ -22,6 +22,7 @@ from arch_models import (
     write_qwen35_gguf,
     write_step35_gguf,
 )
+from head_models import write_dflash_gguf, write_eagle3_gguf
 from paths import DATA
 from tiny_models import write_tiny_gguf
 
@@ -253,6 +254,36 @@ def gemma4_target(tiny_dir) -> Path:
 def gemma4_assistant(tiny_dir) -> Path:
     """A `gemma4-assistant` of two blocks for `gemma4_target`: it drafts over the target's cache."""
     return write_gemma4_assistant_gguf(tiny_dir / "gemma4-assistant.gguf", target_embd=64, name="tiny-gemma4-assistant")
+
+
+# -- heads that read the target's layer inputs (EAGLE-3, DFlash) ------------------------------
+
+
+@pytest.fixture(scope="session")
+def feature_target(tiny_dir) -> Path:
+    """A tiny llama whose layers weigh little, so its next token mostly follows from the current
+    one: what the echoing heads below predict, so their first drafts are often accepted."""
+    return write_tiny_gguf(tiny_dir / "feature-target.gguf", seed=0, layer_scale=0.08, name="tiny-feature-target")
+
+
+@pytest.fixture(scope="session")
+def eagle3_head(tiny_dir, feature_target) -> Path:
+    """An EAGLE-3 head for `feature_target`, reading the inputs of its layers 0, 1 and 1."""
+    return write_eagle3_gguf(tiny_dir / "eagle3-head.gguf", target_layers=(0, 1, 1), target_embd=64)
+
+
+@pytest.fixture(scope="session")
+def dflash_head(tiny_dir, feature_target) -> Path:
+    """A DFlash head for `feature_target` with blocks of 8, reading the inputs of its layers 0 and 1."""
+    return write_dflash_gguf(tiny_dir / "dflash-head.gguf", feature_target, target_layers=(0, 1), block_size=8)
+
+
+@pytest.fixture(scope="session")
+def dflash2_head(tiny_dir, feature_target) -> Path:
+    """The same with DFlash2's convolutions and a selector over each position's top 4 candidates."""
+    return write_dflash_gguf(
+        tiny_dir / "dflash2-head.gguf", feature_target, target_layers=(0, 1), block_size=8, selector_top_k=4
+    )
 
 
 # -- thinking models: a known answer with its reasoning ---------------------------------------

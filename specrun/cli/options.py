@@ -41,8 +41,8 @@ Draft = Annotated[
     typer.Option(
         "--draft",
         "-md",
-        help="Draft model (same forms as --target), a Gemma 4 MTP assistant for a Gemma 4 target, or 'none' for plain "
-        "decoding. Default: the pair's draft.",
+        help="Draft model (same forms as --target), a Gemma 4 MTP assistant for a Gemma 4 target, an EAGLE-3 or "
+        "DFlash head made for the target, or 'none' for plain decoding. Default: the pair's draft.",
         rich_help_panel=MODELS,
     ),
 ]
@@ -119,7 +119,8 @@ Spec = Annotated[
         "--spec",
         help="Speculation: off (plain decoding), draft (the draft model), ngram (prompt lookup), hybrid (lookup when "
         "it has a confident match, else the draft model), text (a draft model of another vocabulary, through "
-        "text), mtp (the target's own multi-token-prediction heads), auto (picks plain, lookup or draft and K "
+        "text), mtp (the target's own multi-token-prediction heads), eagle3 or dflash (an EAGLE-3 or DFlash head "
+        "given as --draft), auto (picks plain, lookup or draft and K "
         "each step from measured speed). Default: auto; off with --draft none.",
         rich_help_panel=SPECULATION,
     ),

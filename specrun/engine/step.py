@@ -185,6 +185,8 @@ class Engine:
         self._active = [self.drafters[name] for name in policy.drafters]
         for drafter in self.drafters.values():
             drafter.configure(policy.tuning)
+        if self.target.features:  # the layer inputs a head reads cost every pass: kept only while it may draft
+            self.target.capture(any(getattr(d, "reads_features", False) for d in self._active))
 
     @property
     def reads_ahead(self) -> list[Drafter]:

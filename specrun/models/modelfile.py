@@ -110,6 +110,63 @@ def _require_fit(target: str | os.PathLike, assistant: str | os.PathLike) -> Non
         )
 
 
+# Architectures whose graph in the bundled llama.cpp hands out its layer inputs, which EAGLE-3 and
+# DFlash heads read; on any other target llama.cpp would abort when asked for them.
+LAYER_INPUT_ARCHS = (
+    "llama",
+    "llama-embed",
+    "qwen3",
+    "qwen3moe",
+    "qwen3next",
+    "qwen35",
+    "qwen35moe",
+    "gpt-oss",
+    "lfm2",
+    "gemma4",
+    "deepseek4",
+    "minimax-01",
+    "minimax-m2",
+    "bailingmoe3",
+    "nemotron_h",
+    "nanbeige",
+    "hunyuan_vl",
+    "mimo2",
+    "muse-glimmer",
+    "qwen4exp",
+)
+FEATURE_HEAD_NAMES = {"eagle3": "an EAGLE-3 head", "dflash": "a DFlash head"}
+
+
+def feature_head(path: str | os.PathLike) -> str | None:
+    """ "eagle3" or "dflash" when the file is a head that drafts from a target's layer inputs."""
+    arch = read_model_header(path).metadata.get("general.architecture")
+    return arch if arch in FEATURE_HEAD_NAMES else None
+
+
+def require_feature_fit(target: str | os.PathLike, head: str | os.PathLike) -> str:
+    """The head's kind, once the target is one it can read: an architecture that hands out its
+    layer inputs, of the width the head was made for. Anything else is one line, before llama.cpp
+    sees the pair (the layers it reads are checked once both are loaded: their ids are in arrays)."""
+    meta, own = read_model_header(target).metadata, read_model_header(head).metadata
+    kind = own.get("general.architecture")
+    what = FEATURE_HEAD_NAMES[kind]
+    arch = meta.get("general.architecture")
+    if arch not in LAYER_INPUT_ARCHS:
+        raise IncompatibleModelsError(
+            f"{Path(head).name} is {what}, which reads its target's layer inputs, and this llama.cpp does not hand "
+            f"them out for {Path(target).name} ({arch or 'no stated architecture'})",
+            "use the head with a Llama, Qwen3 or gpt-oss target, or use --spec ngram",
+        )
+    width = meta.get(f"{arch}.embedding_length")
+    wanted = own.get("eagle3.target_hidden_size") if kind == "eagle3" else own.get("dflash.embedding_length")
+    if width != wanted:
+        raise IncompatibleModelsError(
+            f"{Path(head).name} is {what} made for a target {wanted} wide, and {Path(target).name} is {width}",
+            "use the head published with this target",
+        )
+    return kind
+
+
 def rollback_kind(path: str | os.PathLike) -> str:
     """How the file's cache takes draft tokens back, from its metadata: "positions" (attention
     caches, sliding windows kept in full) or "snapshots" (a recurrent state: Mamba, gated delta

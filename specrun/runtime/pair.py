@@ -23,7 +23,16 @@ from ..engine.llama import LoadOptions, Model
 from ..engine.sequence import GenerationSettings, check_prediction_fits
 from ..errors import IncompatibleModelsError
 from ..models.compat import require_draftable
-from ..models.modelfile import UNCHAINED_HEADS, assists, check_gguf_file, mtp_chain, mtp_layers
+from ..models.modelfile import (
+    FEATURE_HEAD_NAMES,
+    UNCHAINED_HEADS,
+    assists,
+    check_gguf_file,
+    feature_head,
+    mtp_chain,
+    mtp_layers,
+    require_feature_fit,
+)
 from ..models.sizes import model_size
 from . import cost_cache
 from .chat_format import ChatFormat, ChatPrompt
@@ -81,6 +90,17 @@ def device_spaces(endpoints: Sequence[str]) -> tuple[list[DeviceSpace], dict[str
     return spaces, handles
 
 
+def require_layers(target: Model, head: Model) -> None:
+    """Refuse a head that reads layers its target does not have (llama.cpp would abort on them)."""
+    layers = head.feature_head.layers
+    if not layers or any(not 0 <= layer < target.n_layer for layer in layers):
+        raise IncompatibleModelsError(
+            f"{head.path.name} is {FEATURE_HEAD_NAMES[head.arch]} that reads layers {list(layers)}, and "
+            f"{target.path.name} has {target.n_layer}",
+            "use the head published with this target",
+        )
+
+
 class Pair:
     """Target and draft models placed on devices (`placement`)."""
 
@@ -92,10 +112,18 @@ class Pair:
         )  # before llama.cpp sees it: its errors are cryptic, a truncated file can crash it
         self.drafting: str | None = None  # how the draft drafts: "token" (shared vocabulary) or "text"
         self.assisted = False  # the draft is a Gemma 4 MTP assistant, which drafts over the target's cache
+        self.feature_kind: str | None = None  # the draft is an EAGLE-3 or DFlash head on the target's layer inputs
         if config.draft is not None:
             check_gguf_file(config.draft)
             self.assisted = assists(config.target, config.draft)
-            if self.assisted:
+            if feature_head(config.draft):
+                self.feature_kind = require_feature_fit(config.target, config.draft)
+                if require_draftable(Path(config.target), Path(config.draft)).drafting != "token":
+                    raise IncompatibleModelsError(
+                        f"{Path(config.draft).name} does not share the vocabulary of {Path(config.target).name}",
+                        "use the head published with this target",
+                    )
+            elif self.assisted:
                 if require_draftable(Path(config.target), Path(config.draft)).drafting != "token":
                     raise IncompatibleModelsError(
                         f"{Path(config.draft).name} does not share the vocabulary of {Path(config.target).name}",
@@ -144,9 +172,12 @@ class Pair:
                 "heads are not used"
             )
         self.target_model = Model(config.target, options(self.placement.target, load_mtp=self.mtp_chain is not None))
-        self.draft_model = self.bridge = self.assistant_model = None
+        self.draft_model = self.bridge = self.assistant_model = self.feature_model = None
         if self.assisted:
             self.assistant_model = Model(config.draft, options(self.placement.draft))
+        elif self.feature_kind is not None:
+            self.feature_model = Model(config.draft, options(self.placement.draft))
+            require_layers(self.target_model, self.feature_model)
         elif config.draft is not None:
             self.draft_model = Model(config.draft, options(self.placement.draft))
             self.bridge = VocabBridge(self.target_model, self.draft_model) if self.drafting == "token" else None
@@ -179,6 +210,7 @@ class Pair:
             warn=self.warn,
             mtp_chain=self.mtp_chain,
             assistant=self.assistant_model,
+            feature_head=self.feature_model,
         )
 
     def costs_key(self) -> str:

@@ -62,6 +62,12 @@ def check_mode(mode: str, offer: Offer | None = None) -> None:
         raise InputError(f"--spec {mode} needs a draft model", "pass --draft MODEL, or use --spec auto, ngram or off")
     if offer.drafters is None or needs in offer.drafters or needs == defaults.MODEL:
         return
+    if needs in defaults.FEATURE_HEADS:
+        what = "an EAGLE-3" if needs == defaults.EAGLE3 else "a DFlash"
+        raise InputError(
+            f"--spec {mode} drafts with {what} head given as --draft, and this session has none",
+            f"pass --draft {what.split()[-1]}-HEAD.gguf made for {offer.target}, or use --spec auto, ngram or draft",
+        )
     if needs == defaults.MTP:
         raise IncompatibleModelsError(
             f"--spec mtp drafts with the target's multi-token-prediction heads, and {offer.target} has none",
@@ -92,6 +98,7 @@ class Models:
     warn: Callable[[str], None]
     mtp_chain: str | None = None  # how the target's MTP heads draft (modelfile.mtp_chain)
     assistant: Model | None = None  # a Gemma 4 MTP assistant given as the draft: it drafts over the target's cache
+    feature_head: Model | None = None  # an EAGLE-3 or DFlash head given as the draft: reads the target's layer inputs
 
 
 class Session:
@@ -112,14 +119,20 @@ class Session:
         common = dict(
             n_ctx=models.ctx_size, n_threads=models.threads, n_batch=models.n_batch, n_seq=n_seq, n_seq_pool=n_seq_pool
         )
-        assistant = models.assistant
-        heads = models.target.mtp_heads > 0 and assistant is None
+        assistant, feature = models.assistant, models.feature_head
+        heads = models.target.mtp_heads > 0 and assistant is None and feature is None
         self.target_ctx = Context(
-            models.target, rollback=defaults.RECURRENT_K_MAX, hidden=heads or assistant is not None, **common
+            models.target,
+            rollback=defaults.RECURRENT_K_MAX,
+            hidden=heads or assistant is not None,
+            features=feature.feature_head.layers if feature is not None else (),
+            **common,
         )
         self.draft_ctx = Context(models.draft, **common) if models.draft is not None else None
         if assistant is not None:  # made while the target's cache is empty: making it empties that cache
             self.head_ctx = Context(assistant, head=True, other=self.target_ctx, **common)
+        elif feature is not None:
+            self.head_ctx = Context(feature, other=self.target_ctx, **common)
         else:
             self.head_ctx = Context(models.target, head=True, **common) if heads else None
         sources = Sources(
@@ -130,6 +143,7 @@ class Session:
             head=self.head_ctx,
             assistant=assistant is not None,
             chained_heads=models.target.mtp_heads if models.mtp_chain == "chained" else 0,
+            feature_head=feature.feature_head.kind if feature is not None else None,
         )
         cache = PromptCache(cache_ram) if cache_ram > 0 else None
         self.engine = Engine(self.target_ctx, build_drafters(sources), n_batch=models.n_batch, cache=cache)
@@ -161,8 +175,15 @@ class Session:
 
     @property
     def mtp(self) -> Drafter | None:
-        """The target's own multi-token-prediction heads (or a Gemma 4 assistant) as a drafter."""
-        return self.engine.drafters.get(defaults.MTP)
+        """The drafter that runs the head context: the target's own multi-token-prediction heads,
+        a Gemma 4 assistant, or an EAGLE-3 or DFlash head."""
+        return self.engine.drafters.get(self.head_name)
+
+    @property
+    def head_name(self) -> str:
+        """The name of the drafter that runs the head context, when there is one."""
+        feature = self.models.feature_head
+        return feature.feature_head.kind if feature is not None else defaults.MTP
 
     @property
     def n_ctx(self) -> int:
@@ -291,9 +312,10 @@ class Session:
         costs = self.decode_costs()
         model = self.model_drafter
         timed = {model.name: costs.draft_passes()} if model is not None else {}
-        timed[defaults.MTP] = costs.mtp_s
+        timed[self.head_name] = costs.mtp_s
         passes = {name: dict(seconds) for name, seconds in timed.items() if name in drafters and seconds}
-        controller.seed(costs.verify_s, passes or None)
+        blocks = {name for name in passes if getattr(drafters[name], "block", False)}
+        controller.seed(costs.verify_s, passes or None, blocks=blocks)
         return controller
 
     def _auto_state(self, k_max: int, ngrams: tuple[int, int], fresh: bool) -> tuple[Controller, PromptLookup]:

@@ -514,3 +514,23 @@ def test_a_drafter_the_seeded_costs_rule_out_is_never_chosen_whatever_its_estima
     assert c.choose([]).drafter is None
     c.ruled_out.clear()  # the same estimates weighed: an 8-token draft pays
     assert c.choose([]) == Choice("draft", 8)
+
+
+def test_positions_a_draft_almost_never_reaches_are_not_weighed():
+    from specrun.engine.auto.control import REACH_FLOOR, reachable
+
+    low = reachable([0.2] * 63)
+    assert len(low) == 5 and 0.2**5 < REACH_FLOOR < 0.2**4  # the fifth is the first reached too seldom
+    assert reachable([0.99] * 63) == [0.99] * 63
+    assert reachable([0.0, 0.5]) == [0.0]
+
+
+def test_a_warm_up_goes_to_the_sequence_with_least_to_catch_up():
+    from specrun.engine.auto.control import Ask, Controller
+
+    controller = Controller(["draft"], k_max=8)
+    controller.seed({1: 0.01, 2: 0.0101, 4: 0.0102, 8: 0.0105}, {"draft": {1: 0.001}})
+    asks = [Ask(0, 8, 500, catch_up_s={"draft": 0.05}), Ask(1, 8, 500, catch_up_s={"draft": 0.0})]
+    decision = controller.plan(asks, max_rows=512)
+    assert decision.choice(1).drafter == "draft" and decision.choice(1).reason == "warmup"
+    assert decision.choice(0).reason != "warmup"  # the other is weighed, catch-up and all

@@ -121,3 +121,17 @@ def test_the_draft_model_can_pay_only_when_its_passes_and_verification_are_cheap
     assert (
         MODEL not in unknown.costs().draft and unknown.best().drafter is None
     )  # unmeasured: never chosen on estimates
+
+
+def test_a_block_drafter_drafts_every_sequence_in_one_pass_over_their_rows():
+    """A DFlash head's draft of m tokens is one pass over m + 1 rows, and the sequences drafting
+    with it share that pass: priced as one pass over all their rows, not a pass per depth."""
+    block = "dflash"
+    pass_s = {1: 0.002, 2: 0.002, 9: 0.0025, 36: 0.004}
+    costs = Costs(flat(), {block: lambda n: pass_s.get(n, 0.002 + 0.00006 * n)}, blocks=frozenset({block}))
+    assert costs.draft_seconds(block, 8) == pytest.approx(0.0025)  # one pass over 9 rows
+    sure = [Option(block, [0.9] * 8)]
+    four = allocate([Candidate(s, sure, 8) for s in range(4)], costs, max_rows=512)
+    assert set(four.drafts) == {0, 1, 2, 3} and all(d == (block, 8) for d in four.drafts.values())
+    per_depth = Costs(flat(), {block: lambda n: pass_s.get(n, 0.002 + 0.00006 * n)})
+    assert allocate([Candidate(s, sure, 8) for s in range(4)], per_depth, max_rows=512).seconds > four.seconds

@@ -181,12 +181,15 @@ def write_tiny_gguf(
     added_tokens: Sequence[str] = (),
     successors: dict[str, str] | None = None,
     extra_merges: Sequence[str] = (),
+    layer_scale: float = 0.2,
 ) -> Path:
     """Write a tiny model to `path` and return it.
 
     Weights come from `seed`; with `noise` > 0 they get Gaussian noise from `noise_seed` added, so
     two calls with the same seed and different noise give a target and a draft that mostly agree.
-    `logit_scale` sharpens the output distribution so sampled tokens are not uniform noise.
+    `logit_scale` sharpens the output distribution so sampled tokens are not uniform noise;
+    `layer_scale` is the spread of the layers' weights (small: the next token depends mostly on
+    the current one).
 
     vocab: "gpt2", "spm" or "llama3" (see the module docstring). `add_bos` and `chat_template`
     default to the family's ("default": ChatML, Llama-2 or Llama-3; None: no template).
@@ -316,7 +319,10 @@ def write_tiny_gguf(
     writer.add_tensor("token_embd.weight", embd)
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
     writer.add_tensor("output.weight", output)
-    layer = (lambda *shape: np.zeros(shape, dtype=np.float32)) if successors else tensor
+
+    def layer(*shape: int) -> np.ndarray:
+        return np.zeros(shape, dtype=np.float32) if successors else tensor(*shape, scale=layer_scale)
+
     for i in range(n_layer):
         writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(n_embd, dtype=np.float32))
         writer.add_tensor(f"blk.{i}.attn_q.weight", layer(n_embd, n_embd))

@@ -11,7 +11,7 @@ exploration around it (warm-up, probes, change tests, cost drift).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
 from ... import defaults
@@ -25,6 +25,19 @@ EXPLORE_ODDS = 0.5  # the chance an untried drafter turns out as good as it coul
 VALUE_ROUNDS = 3  # plans made to find the value of time a step can reach (see _allocate)
 LEARNED_WEIGHT = 8.0  # trials an earlier run's acceptance counts for: a prior, not a verdict
 OWN_EVIDENCE = 4.0  # trials at which a sequence's own acceptance counts as much as the pooled estimate
+REACH_FLOOR = 1e-3  # a draft position reached less often than this adds nothing worth weighing
+
+
+def reachable(acceptance: list[float]) -> list[float]:
+    """The positions of an estimate a draft reaches at least REACH_FLOOR of the time (the first
+    always): the plan weighs every K of every option, so positions that can add nothing are not
+    offered at all."""
+    survive = 1.0
+    for j, rate in enumerate(acceptance):
+        survive *= rate
+        if survive < REACH_FLOOR:
+            return acceptance[: j + 1]
+    return acceptance
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,7 @@ class Controller:
         self.rate_decay = rate_decay
         self.verify = CalibratedCurve(decay=cost_decay)
         self.passes: dict[str, CalibratedCurve] = {}  # per drafter that runs passes: seconds by rows
+        self.blocks: frozenset[str] = frozenset()  # those of them that draft a whole block per pass
         self.ruled_out: set[str] = set()  # drafters the seeded costs showed cannot pay
         self.tracks: dict[str, DrafterEstimates] = {}
         self.probe_every: dict[str, int] = {}  # per drafter: steps between probes while it is not used
@@ -149,12 +163,19 @@ class Controller:
         self._recent_seconds = 0.0
         self.drift: CostDrift | None = None  # are the seeded costs this machine's? (see drift.py)
 
-    def seed(self, verify_s: dict[int, float], draft_pass_s: dict[str, dict[int, float] | float] | None = None) -> None:
+    def seed(
+        self,
+        verify_s: dict[int, float],
+        draft_pass_s: dict[str, dict[int, float] | float] | None = None,
+        *,
+        blocks: Set[str] = frozenset(),
+    ) -> None:
         """Start from measured costs: target pass seconds by batch size, and per drafter that runs
         passes, its pass seconds by rows (a number: seconds of a one-row pass). Decisions can then
         weigh each option from the first step, and a drafter that cannot win even at full
         acceptance is never warmed up."""
         self.verify = CalibratedCurve(verify_s, decay=self.cost_decay)
+        self.blocks = frozenset(blocks)
         for name, passes in (draft_pass_s or {}).items():
             self._track(name)
             self.passes[name] = CalibratedCurve(
@@ -211,7 +232,7 @@ class Controller:
         if self._costs is None:
             timed = {name: curve for name, curve in self.passes.items() if curve}
             drafting = {name: t.draft_cost for name, t in self.tracks.items() if name not in timed and t.draft_cost}
-            self._costs = Costs(self.verify, timed, drafting).remembered()
+            self._costs = Costs(self.verify, timed, drafting, self.blocks & timed.keys()).remembered()
         return self._costs
 
     def draft_seconds(self, drafter: str, m: int) -> float:
@@ -382,8 +403,17 @@ class Controller:
 
     def weighs(self, drafter: str) -> bool:
         """Whether plan() weighs `drafter` at all; for one it does not, nothing it would need (its
-        catch-up, its profile) is worth working out."""
-        return drafter not in self.ruled_out
+        catch-up, its profile) is worth working out: one the seeded costs ruled out, and one that
+        runs passes, was tried, loses to plain decoding at its best K and is not due a probe (its
+        probes, warm-ups and a change of its estimates bring it back)."""
+        if drafter in self.ruled_out:
+            return False
+        if drafter not in self.passes or self.tracks[drafter].steps < self.warmup_steps:
+            return True
+        if self.steps >= self.next_probe.get(drafter, 0):
+            return True
+        best, plain = self.best_rate(drafter), self.plain_rate()
+        return best is None or plain is None or best >= plain
 
     def _options(self, ask: Ask) -> list[Option]:
         """The ways `ask` could draft this step: a proposal in hand, or a drafter judged on its
@@ -397,14 +427,14 @@ class Controller:
                 if ask.in_hand[name]:
                     options.append(Option(name, list(ask.in_hand[name])))
             elif self._known(name) and self._repays_catch_up(name, ask):
-                options.append(Option(name, self.acceptance(name, ask.own.get(name), self._cap(name, ask))))
+                options.append(Option(name, reachable(self.acceptance(name, ask.own.get(name), self._cap(name, ask)))))
         return options
 
     def _warmups(self, asks: Sequence[Ask]) -> list[tuple[Grant, str]]:
         """Drafters still being measured, each granted to one sequence that can use it."""
         grants, taken = [], set()
         for name, track in self.tracks.items():
-            for ask in asks:
+            for ask in self._least_behind(asks, name):
                 if ask.seq in taken or ask.k_max <= 0:
                     continue
                 if name in ask.in_hand:
@@ -436,6 +466,12 @@ class Controller:
                 break
         return grants
 
+    @staticmethod
+    def _least_behind(asks: Sequence[Ask], name: str) -> list[Ask]:
+        """The asks in the order a warm-up or probe of `name` tries them: those whose cache for it
+        has least to catch up first (a head's or draft model's first use reads a whole history)."""
+        return sorted(asks, key=lambda ask: ask.catch_up_s.get(name, 0.0))
+
     def _probe(self, asks: Sequence[Ask], decision: Decision, alloc: Allocation, max_rows: int) -> None:
         """A due probe of each drafter nobody uses, given to one sequence that is not drafting with
         a proposal in hand; every drafter in use has its probe interval reset."""
@@ -446,7 +482,7 @@ class Controller:
         for name, due in self.next_probe.items():
             if name in used or self.steps < due or self.hopeless(name):
                 continue
-            for ask in asks:
+            for ask in self._least_behind(asks, name):
                 current = decision.choice(ask.seq)
                 if (
                     name in ask.in_hand

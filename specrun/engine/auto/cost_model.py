@@ -37,11 +37,14 @@ def expected_tokens(acceptance: float | Sequence[float], k: int) -> float:
 class Costs:
     """Seconds of a target pass over n tokens (`verify`), of each pass-running drafter's pass over
     n rows (`draft`), and, for a drafter whose passes are not timed, of drafting m tokens for one
-    sequence (`drafting`). A drafter in neither, prompt lookup, drafts for free."""
+    sequence (`drafting`). A drafter in neither, prompt lookup, drafts for free. A pass-running
+    drafter drafts m tokens in m one-row passes, or, for one in `blocks` (a DFlash head), in one
+    pass over its last token and m masks."""
 
     verify: Curve
     draft: Mapping[str, Curve] = field(default_factory=dict)
     drafting: Mapping[str, Curve] = field(default_factory=dict)
+    blocks: frozenset[str] = frozenset()  # pass-running drafters that draft m tokens in one pass over m + 1 rows
 
     @classmethod
     def measured(cls, verify_s: Mapping[int, float], draft_token_s: Mapping[str, float] | None = None) -> Costs:
@@ -60,7 +63,7 @@ class Costs:
         if drafter is None or m <= 0:
             return 0.0
         if drafter in self.draft:
-            return m * self.draft[drafter](1)
+            return self.draft[drafter](m + 1) if drafter in self.blocks else m * self.draft[drafter](1)
         return self.drafting[drafter](m) if drafter in self.drafting else 0.0
 
     def step_seconds(self, k: int, drafter: str | None = None) -> float:
@@ -72,7 +75,7 @@ class Costs:
         what a single token does (the weights are read once per pass either way), and a draft
         token keeps its share of a target token. A prediction, not a measurement."""
         plain = self.plain_s
-        return Costs(lambda n: plain, self.draft, self.drafting)
+        return Costs(lambda n: plain, self.draft, self.drafting, self.blocks)
 
     def remembered(self) -> Costs:
         """These costs with the target pass read once per size: for a caller that weighs many
@@ -85,7 +88,7 @@ class Costs:
                 seen[n] = verify(n)
             return seen[n]
 
-        return Costs(once, self.draft, self.drafting)
+        return Costs(once, self.draft, self.drafting, self.blocks)
 
 
 def _per_token(seconds: float) -> Curve:

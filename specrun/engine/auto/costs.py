@@ -197,14 +197,42 @@ def time_head(
 ) -> dict[int, float]:
     """Fastest seconds of a head pass over each number of rows, as `time_batches` times a model's
     passes: a head pass costs the same whatever hidden rows it is given, so zeros stand in."""
-    zeros = np.zeros(head.model.n_embd_out, dtype=np.float32)
-    if head.other is not None:
+    spec = head.model.feature_head
+    if spec is not None and spec.kind == "dflash":
+        return _time_blocks(head, tokens, sizes, reps, meter, seq)
+    zeros = np.zeros(head.model.n_embd if spec is not None else head.model.n_embd_out, dtype=np.float32)
+    if head.other is not None and spec is None:
         return _time_assistant(head, seq, tokens[-1], zeros, reps, meter) if 1 in sizes else {}
 
     def feed(items: Sequence[int], last: bool) -> None:
         head.feed_head([HeadSegment(seq, list(items), [zeros] * len(items), last)])
 
     return _time_passes(head, seq, feed, tokens, sizes, reps, meter)
+
+
+def _time_blocks(
+    head: Context, tokens: Sequence[int], sizes: Sequence[int], reps: int, meter: Meter | None, seq: int
+) -> dict[int, float]:
+    """A DFlash head's block passes by rows, over the calibration text injected as its cache (a
+    pass costs the same whatever features were injected, so zeros stand in)."""
+    spec = head.model.feature_head
+    zeros = np.zeros(len(spec.layers) * head.model.n_embd, dtype=np.float32)
+
+    def feed(items: Sequence[int], last: bool) -> None:
+        if last:
+            head.block([(seq, [items[0]] + [spec.mask] * (len(items) - 1))])
+        else:
+            head.inject([HeadSegment(seq, list(items), [zeros] * len(items))])
+
+    fits = {size for size in sizes if 2 <= size <= spec.block}
+    return _time_passes(head, seq, feed, tokens, sorted(fits | set(block_sizes(spec.block))), reps, meter)
+
+
+def block_sizes(block: int) -> list[int]:
+    """The block rows a DFlash head's cost curve is measured at: the smallest draft's, the
+    head's whole block, and one between (a block is never longer than the head's: a DFlash2
+    selector cannot take one; more rows, several sequences' blocks, are read off the curve)."""
+    return sorted({2, max(2, (block + 1) // 2), max(2, block)})
 
 
 def _time_assistant(

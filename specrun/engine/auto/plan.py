@@ -84,6 +84,7 @@ class _Plan:
         self.alloc = Allocation(tokens=float(len(candidates)))
         self.alloc.seconds = self._verify(self.rows) - self._verify(base_rows)
         self.depth_rows: dict[tuple[str, int], int] = {}  # rows of each drafter's pass at each depth
+        self._pass_s: dict[tuple[str, int], float] = {}  # each drafter's pass seconds by rows, read once
         self._sums: dict[int, list[float]] = {}  # per option: expected tokens of its first j positions
 
     def _verify(self, n: int) -> float:
@@ -104,20 +105,36 @@ class _Plan:
     def cost(self, drafter: str, count: int, k0: int, j: int) -> float:
         """Seconds that lengthening `count` drafts of `drafter` from k0 to k0 + j tokens adds: their
         verify rows and, for a drafter that runs passes, its passes at those depths, each shared
-        by every sequence drafting at that depth."""
+        by every sequence drafting at that depth (a block drafter's one pass, by its rows)."""
         seconds = self._verify(self.rows + count * j) - self._verify(self.rows)
-        curve = self.costs.draft.get(drafter)
-        if curve is not None:
-            for depth in range(k0 + 1, k0 + j + 1):
-                rows = self.depth_rows.get((drafter, depth), 0)
-                seconds += curve(rows + count) - (curve(rows) if rows else 0.0)
+        if drafter not in self.costs.draft:
+            return seconds
+        if drafter in self.costs.blocks:  # one pass; a new draft adds its anchor row too
+            rows = self.depth_rows.get((drafter, 0), 0)
+            return seconds + self._pass(drafter, rows + count * (j + (k0 == 0))) - self._pass(drafter, rows)
+        for depth in range(k0 + 1, k0 + j + 1):
+            rows = self.depth_rows.get((drafter, depth), 0)
+            seconds += self._pass(drafter, rows + count) - self._pass(drafter, rows)
         return seconds
+
+    def _pass(self, drafter: str, rows: int) -> float:
+        """Seconds of `drafter`'s pass over `rows` rows (none: no pass)."""
+        if rows <= 0:
+            return 0.0
+        key = (drafter, rows)
+        if key not in self._pass_s:
+            self._pass_s[key] = self.costs.draft[drafter](rows)
+        return self._pass_s[key]
 
     def apply(self, members: Sequence[tuple[int, Option]], k0: int, j: int, gain: float, cost: float) -> None:
         for seq, option in members:
-            for depth in range(k0 + 1, k0 + j + 1):
-                key = (option.drafter, depth)
-                self.depth_rows[key] = self.depth_rows.get(key, 0) + 1
+            if option.drafter in self.costs.blocks:
+                key = (option.drafter, 0)
+                self.depth_rows[key] = self.depth_rows.get(key, 0) + j + (k0 == 0)
+            else:
+                for depth in range(k0 + 1, k0 + j + 1):
+                    key = (option.drafter, depth)
+                    self.depth_rows[key] = self.depth_rows.get(key, 0) + 1
             self.alloc.drafts[seq] = (option.drafter, k0 + j)
         self.rows += len(members) * j
         self.alloc.tokens += gain

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import assistant, lookup, model, mtp, prediction, text
+from . import assistant, dflash, eagle3, lookup, model, mtp, prediction, text
 from .protocol import Drafter, Sources
 
 REGISTRY: tuple[Callable[[Sources], Drafter | None], ...] = (
@@ -19,6 +19,8 @@ REGISTRY: tuple[Callable[[Sources], Drafter | None], ...] = (
     text.build,  # a draft model of another vocabulary, drafting through text
     mtp.build,  # the target's own multi-token-prediction heads
     assistant.build,  # a Gemma 4 MTP assistant over the target's cache
+    eagle3.build,  # an EAGLE-3 head on the target's layer inputs
+    dflash.build,  # a DFlash head on the target's layer inputs, a block per pass
 )
 
 

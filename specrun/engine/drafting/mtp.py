@@ -67,6 +67,10 @@ class MtpDrafter:
         rows = [self.hidden.row(seq, p - 1) for p in range(keep, upto)]
         return HeadSegment(seq, list(history[keep:upto]), rows, last)
 
+    def _segments(self, items) -> dict[int, HeadSegment | None]:
+        """`_catch_up` for each (sequence, history, upto, last)."""
+        return {seq: self._catch_up(seq, history, upto, last) for seq, history, upto, last in items}
+
     def _prune(self, seq: int) -> None:
         """Rows the head has read are dropped, but the last one: the next pair needs it."""
         self.hidden.forget_before(seq, len(self.ctx.tokens[seq]) - 1)
@@ -76,9 +80,8 @@ class MtpDrafter:
 
     def read(self, items: Sequence[tuple[int, Sequence[int]]]) -> Proposals:
         """Pairs for every prompt token the target has read (a prompt's hidden rows are all in)."""
-        segments = [
-            seg for seq, history in items if (seg := self._catch_up(seq, history, len(history), False)) is not None
-        ]
+        caught = self._segments([(seq, history, len(history), False) for seq, history in items])
+        segments = [seg for seg in caught.values() if seg is not None]
         out = Proposals()
         if segments:
             out.passes.extend(self._catch_up_heads(segments))
@@ -107,7 +110,7 @@ class MtpDrafter:
 
     def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
         live = [r for r in requests if r.k > 0 and r.history]
-        segments = {r.seq: self._catch_up(r.seq, r.history, len(r.history), True) for r in live}
+        segments = self._segments([(r.seq, r.history, len(r.history), True) for r in live])
         drafted: dict[int, tuple[list[int], list]] = {r.seq: ([], []) for r in live}
 
         def run(asked: Sequence[DraftRequest], depth: int):
@@ -161,6 +164,6 @@ class MtpDrafter:
 
 def build(sources: Sources) -> MtpDrafter | None:
     """The target's own MTP heads, where the session made a head context for them."""
-    if sources.head is None or sources.assistant:
+    if sources.head is None or sources.assistant or sources.feature_head is not None:
         return None
     return MtpDrafter(sources.head, sources.target, chained=sources.chained_heads)

@@ -63,7 +63,8 @@ class DraftTuning:
 class Sources:
     """What drafters are built from (the registry's input): the target's context, a draft model's
     context with how its vocabulary meets the target's, and a head context (the target's own MTP
-    heads, or a Gemma 4 assistant's on the target's cache)."""
+    heads, a Gemma 4 assistant's on the target's cache, or an EAGLE-3 or DFlash head's reading
+    the target's layer inputs)."""
 
     target: Context
     draft: Context | None = None
@@ -72,6 +73,7 @@ class Sources:
     head: Context | None = None
     assistant: bool = False  # the head context is a Gemma 4 assistant's
     chained_heads: int = 0  # MTP heads trained one per depth (0: one head reused at every depth)
+    feature_head: str | None = None  # the head context is an EAGLE-3 or DFlash head's (defaults.EAGLE3, DFLASH)
 
 
 @dataclass(frozen=True)

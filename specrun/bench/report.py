@@ -283,7 +283,7 @@ class Aggregator:
         def draft_seconds(s) -> float:
             if s.drafter == defaults.MODEL and self.result.calibration.draft_token_s is not None:
                 return s.drafted * self.result.calibration.draft_token_s
-            if s.drafter == defaults.MTP and self.result.calibration.mtp_token_s is not None:
+            if s.drafter in (defaults.MTP, defaults.EAGLE3) and self.result.calibration.mtp_token_s is not None:
                 return s.drafted * self.result.calibration.mtp_token_s
             return measured[s.drafter] if s.drafter is not None else 0.0
 

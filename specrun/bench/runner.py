@@ -246,7 +246,7 @@ class Calibration:
     plain_s: float
     verify_s: dict[int, float]
     draft_token_s: float | None
-    mtp_token_s: float | None = None  # one pass of the target's multi-token-prediction head, one row
+    mtp_token_s: float | None = None  # one pass of the head (MTP, EAGLE-3: one row; DFlash: a block of two)
 
     def costs(self) -> Costs:
         """The cost model's costs: target passes by batch size, a draft-model token."""
@@ -641,8 +641,13 @@ class PairEngine:
         costs = measure_costs(
             self.session.target_ctx, self.session.draft_ctx, tokens, batch_sizes, reps, head=self.session.head_ctx
         )
+        head = costs.mtp_s or {}  # a head's smallest pass: one row (a DFlash head: its last token and one mask)
         return Calibration(
-            len(tokens), costs.verify_s.get(1, 0.0), costs.verify_s, costs.draft_token_s, (costs.mtp_s or {}).get(1)
+            len(tokens),
+            costs.verify_s.get(1, 0.0),
+            costs.verify_s,
+            costs.draft_token_s,
+            head[min(head)] if head else None,
         )
 
     def output_rows(self, prompt: list[int], output: list[int], constraint: Constraint | None = None) -> np.ndarray:

@@ -35,7 +35,7 @@ from ..bench.runner import (
     run_bench,
 )
 from ..errors import InputError
-from ..models.modelfile import is_assistant
+from ..models.modelfile import feature_head, is_assistant
 from ..runtime.chat_format import thinking_variables
 from ..terminal import Output, progress_display
 from . import options as opt
@@ -50,7 +50,8 @@ SpecList = Annotated[
     str | None,
     typer.Option(
         "--spec",
-        help="Comma-separated speculation modes to compare (off, draft, …; default off,draft, with --serve off,auto). "
+        help="Comma-separated speculation modes to compare (off, draft, …; default off,draft, with --serve off,auto; "
+        "off,mtp with a Gemma 4 assistant, off,eagle3 or off,dflash with such a head as the draft). "
         "Plain decoding (off) is always measured: it is the baseline of every speedup.",
         rich_help_panel=BENCH,
     ),
@@ -330,6 +331,8 @@ def bench(
     resolved = resolve(models)
     if spec is None and resolved.draft is not None and is_assistant(resolved.draft):
         modes = ["off", "mtp"]  # a Gemma 4 assistant drafts under mtp only
+    elif spec is None and resolved.draft is not None and (kind := feature_head(resolved.draft)):
+        modes = ["off", kind]  # an EAGLE-3 or DFlash head drafts under its own mode
     configs = configurations(
         modes, ks, temperatures, QUICK["draft_max"] if quick else resolved.recommended_k, synthetic, predict
     )

@@ -19,6 +19,7 @@ from ..bench import break_even
 from ..bench.environment import cpu_model
 from ..engine.auto.cost_model import Costs
 from ..engine.auto.costs import DecodeCosts
+from ..engine.auto.estimates import CostCurve
 from ..errors import SpecrunError
 from ..models.fetch import availability, cache_dir, hf_cache_dir
 from ..models.registry import load_registry, user_registry_path
@@ -171,22 +172,40 @@ def pair_report(models: opt.ModelFlags, runtime: opt.RuntimeFlags, calibrate: bo
             "placement": loaded.placement.to_dict(),
             "placement_text": loaded.placement.describe(),
             "mtp_heads": loaded.target_model.mtp_heads,
+            "head": head_facts(loaded),
             "rollback": loaded.session.rollback(),
-            **costs_report(measured, calibrate, gpu),
+            **costs_report(measured, calibrate, gpu, loaded.session.head_name),
         }
     finally:
         loaded.close()
 
 
-def costs_report(measured: DecodeCosts, calibrated: bool, gpu: bool) -> dict:
+def head_facts(loaded) -> dict | None:
+    """What an EAGLE-3 or DFlash head given as the draft is, and which target it reads."""
+    model = loaded.feature_model
+    if model is None:
+        return None
+    spec = model.feature_head
+    return {
+        "kind": spec.kind,
+        "file": model.path.name,
+        "target": loaded.target_model.path.name,
+        "layers": list(spec.layers),
+        "block": spec.block or None,
+        "spec": f"--spec {spec.kind}",
+    }
+
+
+def costs_report(measured: DecodeCosts, calibrated: bool, gpu: bool, head_name: str = defaults.MTP) -> dict:
     """The cost curve in the document's units, the break-even acceptances and the verdict."""
-    head_s = (measured.mtp_s or {}).get(1)
-    costs = Costs.measured(
-        measured.verify_s, {defaults.MODEL: measured.draft_token_s or 0.0, defaults.MTP: head_s or 0.0}
-    )
+    passes = measured.mtp_s or {}
+    head_s = passes[min(passes)] if passes else None  # one row (a DFlash head: a block of one token and one mask)
+    costs = Costs.measured(measured.verify_s, {defaults.MODEL: measured.draft_token_s or 0.0})
+    if head_s:  # the head drafts like a draft model whose token costs one head pass (DFlash: a block, one pass)
+        blocks = frozenset({head_name}) if head_name == defaults.DFLASH else frozenset()
+        costs = Costs(costs.verify, {**costs.draft, head_name: CostCurve.of(measured.mtp_s)}, blocks=blocks)
     result = break_even.verdict(costs)
-    # the MTP head drafts like a draft model whose token costs one head pass
-    head = break_even.verdict(costs, defaults.MTP) if head_s else None
+    head = break_even.verdict(costs, head_name) if head_s else None
     return {
         "costs": {
             "calibrated_now": calibrated,
@@ -196,7 +215,11 @@ def costs_report(measured: DecodeCosts, calibrated: bool, gpu: bool) -> dict:
             "mtp_over_plain": round(head_s / costs.plain_s, 3) if head_s else None,
             "verify_over_plain": {str(k): round(v / costs.plain_s, 3) for k, v in sorted(measured.verify_s.items())},
         },
-        "break_even": {**result.to_dict(), "mtp": head.to_dict()["draft"] if head is not None else None},
+        "break_even": {
+            **result.to_dict(),
+            "mtp": head.to_dict()["draft"] if head is not None else None,
+            "head": head_name if head is not None else None,
+        },
         "verdict": break_even.sentence(result, gpu=gpu),
     }
 
@@ -253,6 +276,17 @@ def rows(report: dict) -> list[tuple[str, str]]:
                     f"cache rewinds by {back['kind']} ({limit} draft tokens a step) · MTP heads {report['mtp_heads']}",
                 )
             )
+        head = report.get("head")
+        if head:
+            name = "EAGLE-3" if head["kind"] == defaults.EAGLE3 else "DFlash"
+            block = f", blocks of {head['block']}" if head["block"] else ""
+            out.append(
+                (
+                    "draft head",
+                    f"{head['file']}: {name} head for {head['target']}, reading its layers {head['layers']}"
+                    f"{block} ({head['spec']}, or auto)",
+                )
+            )
         costs = report["costs"]
         curve = "  ".join(f"{k}: {v * 1000:.1f}" for k, v in costs["verify_s"].items())
         out.append(("target pass", f"ms by batch size: {curve}"))
@@ -285,7 +319,8 @@ def break_even_rows(table: dict) -> list[tuple[str, str]]:
         out.append(("break-even α", f"draft model  {cells(table['draft'])}"))
     out.append(("break-even α" if table["draft"] is None else "", f"prompt lookup  {cells(table['lookup'])}"))
     if table.get("mtp"):
-        out.append(("", f"MTP head  {cells(table['mtp'])}"))
+        name = {defaults.EAGLE3: "EAGLE-3 head", defaults.DFLASH: "DFlash head"}.get(table.get("head"), "MTP head")
+        out.append(("", f"{name}  {cells(table['mtp'])}"))
     for kind, row in table["expected_speedup"].items():
         parts = [f"{name} {b['speedup']:.2f}× (K={b['k']})" for name, b in row.items() if name != "alpha"]
         out.append(("expect", f"{kind} (α {row['alpha']:.0%}): " + ", ".join(parts)))

@@ -229,7 +229,7 @@ def check(
     """Report whether DRAFT can draft for TARGET, from GGUF metadata only: through shared tokens, or
     through text. Exit 0 when it can, 3 when it cannot."""
     from ..models.compat import check_pair
-    from ..models.modelfile import assists, is_assistant
+    from ..models.modelfile import FEATURE_HEAD_NAMES, assists, feature_head, is_assistant, require_feature_fit
 
     reg = load_registry(registry)
     target_spec, draft_spec = _specs(target, draft, reg)
@@ -240,6 +240,12 @@ def check(
                 f"{target_path.name} is a Gemma 4 MTP assistant: it drafts for a Gemma 4 target, "
                 "and is no target itself",
                 f"run `specrun check GEMMA4_TARGET {target_path.name}`",
+            )
+        if (kind := feature_head(target_path)) is not None:
+            raise InputError(
+                f"{target_path.name} is {FEATURE_HEAD_NAMES[kind]}: it drafts for the target it was made for, "
+                "and is no target itself",
+                f"run `specrun check TARGET {target_path.name}`",
             )
         facts = target_facts(target_path)
         if draft_spec is None:
@@ -257,6 +263,8 @@ def check(
         draft_path = resolve_spec(draft_spec, reg, hook)
     if assists(target_path, draft_path):  # it drafts over the target's cache, or cannot: one line naming why
         facts["assistant"] = True
+    if feature_head(draft_path) is not None:  # it reads the target's layer inputs, or cannot: one line naming why
+        facts["feature_head"] = require_feature_fit(target_path, draft_path)
     report = check_pair(target_path, draft_path)
     if json_output:
         _print_json({**report.to_dict(), **facts})
@@ -332,6 +340,13 @@ def render_report(report, facts: dict | None = None) -> str:
             "compatible: the draft is a Gemma 4 MTP assistant, which drafts over the target's own cache "
             "(--spec mtp, or auto)"
         )
+    elif report.compatible and facts is not None and facts.get("feature_head"):
+        kind = facts["feature_head"]
+        name = "an EAGLE-3 head" if kind == "eagle3" else "a DFlash head"
+        lines.append(
+            f"compatible: the draft is {name} made for this target, which drafts from the target's own layer "
+            f"inputs (--spec {kind}, or auto)"
+        )
     elif report.compatible:
         lines.append("compatible: the draft can speculate for the target")
     else:
@@ -363,7 +378,8 @@ class DraftCandidate:
     compatible: bool
     reason: str | None
     readable: bool = True
-    drafting: str | None = None  # "token", "text" (another vocabulary, through text), ASSISTANT, or None
+    # "token", "text" (another vocabulary, through text), ASSISTANT, a head's kind ("eagle3", "dflash"), or None
+    drafting: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -389,7 +405,7 @@ def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCa
     A file that is no readable model is a candidate that failed, never the end of the listing: the
     folders scanned (the Hugging Face cache, --search) hold whatever was put there."""
     from ..models.compat import check_pair, read_vocab
-    from ..models.modelfile import assists
+    from ..models.modelfile import assists, feature_head, require_feature_fit
 
     target_size = target.stat().st_size
     vetted = []
@@ -401,9 +417,12 @@ def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCa
         try:
             report = check_pair(target, found.path)
             ok, reason, readable, drafting = report.compatible, report.first_failure, True, report.drafting
-            try:  # an assistant drafts over a Gemma 4 target's cache, or for no target here
+            try:  # an assistant drafts over a Gemma 4 target's cache, a head from its target's layers, or neither
                 if assists(target, found.path):
                     drafting = ASSISTANT if drafting == "token" else None
+                elif feature_head(found.path) is not None:
+                    kind = require_feature_fit(target, found.path)
+                    drafting = kind if drafting == "token" else None
             except IncompatibleModelsError as exc:
                 ok, reason, drafting = False, exc.message, None
         except ModelFileError as exc:
@@ -421,7 +440,7 @@ def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCa
                 drafting,
             )
         )
-    rank = {ASSISTANT: 0, "token": 0, "text": 1, None: 2}
+    rank = {ASSISTANT: 0, "eagle3": 0, "dflash": 0, "token": 0, "text": 1, None: 2}
     return sorted(vetted, key=lambda c: (rank[c.drafting], c.size, str(c.path)))
 
 
@@ -491,7 +510,13 @@ def drafts(
             c.name or str(c.path),
             human_size(c.size),
             f"{c.ratio:.1%}",
-            {"token": "tokens", "text": "text", ASSISTANT: "assistant (--spec mtp)"}.get(c.drafting, "-"),
+            {
+                "token": "tokens",
+                "text": "text",
+                ASSISTANT: "assistant (--spec mtp)",
+                "eagle3": "EAGLE-3 head (--spec eagle3)",
+                "dflash": "DFlash head (--spec dflash)",
+            }.get(c.drafting, "-"),
             c.found_in,
         ]
         if show_all:

@@ -108,6 +108,7 @@ class ModelEntry:
     hf: HfSource | None = None
     origin: str = ""
     verified: bool = True  # false: a documented source not yet checked on the real file (no digest pinned)
+    target: str | None = None  # a draft head: the model whose hidden states it was trained to read
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,10 @@ class Registry:
     def pairs_for_target(self, model_name: str) -> list[PairEntry]:
         """Pairs whose target is `model_name`, the default first, so a target alone finds a draft."""
         return sorted((p for p in self.pairs.values() if p.target == model_name), key=lambda p: not p.default)
+
+    def heads_for_target(self, model_name: str) -> list[ModelEntry]:
+        """The draft heads (models with a `target`) trained for `model_name`, in registry order."""
+        return [m for m in self.models.values() if m.target == model_name]
 
 
 def _suggest(name: str, names: Mapping[str, Any] | list[str], listing: str) -> str:
@@ -243,6 +248,12 @@ def merge(files: list[RegistryFile]) -> Registry:
             pairs = {n: replace(p, default=False) for n, p in pairs.items()}
         models.update((m.name, m) for m in f.models)
         pairs.update((p.name, p) for p in f.pairs)
+    for m in models.values():
+        if m.target is not None and m.target not in models:
+            raise RegistryError(
+                f"model '{m.name}' in {m.origin} names target '{m.target}', which no registry file defines",
+                _suggest(m.target, models, "add a [[model]] entry with that name"),
+            )
     for p in pairs.values():
         for role in ("target", "draft"):
             name = getattr(p, role)
@@ -263,7 +274,7 @@ def merge(files: list[RegistryFile]) -> Registry:
 
 # ---- field validation ------------------------------------------------------------------------
 
-MODEL_KEYS = {"name", "family", "params", "quant", "size", "path", "package", "bundle", "hf", "verified"}
+MODEL_KEYS = {"name", "family", "params", "quant", "size", "path", "package", "bundle", "hf", "verified", "target"}
 PAIR_KEYS = {"name", "target", "draft", "draft_max", "note", "default", "verified"}
 HF_KEYS = {"repo", "file", "revision", "sha256"}
 PACKAGE_KEYS = {"distribution", "file"}
@@ -330,9 +341,12 @@ def _model(t: dict, i: int, origin: str, base_dir: Path | None) -> ModelEntry:
         hf=_hf(_get(t, "hf", dict, where), f"hf of {where}", origin),
         origin=origin,
         verified=_get(t, "verified", bool, where) is not False,
+        target=_get(t, "target", str, where),
     )
     if not (model.path or model.package or model.bundle or model.hf):
         raise RegistryError(f"{where} has no source", "add one of path, package, bundle or hf")
+    if model.target == name:
+        raise RegistryError(f"{where} names itself as its target", "set `target` to the model the head drafts for")
     return model
 
 

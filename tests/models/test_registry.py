@@ -53,11 +53,81 @@ def test_shipped_registry_is_valid_and_packaged_copy_matches_root():
     for model in reg.models.values():  # every verified Hugging Face download is checked against a digest
         assert not model.verified or model.hf is None or len(model.hf.sha256) == len(model.hf.files), model.name
     unverified = {m.name for m in reg.models.values() if not m.verified}
-    assert unverified == {"qwen3.5-4b-mtp", "qwen3.6-35b-a3b-mtp", "gemma-4-12b-it", "gemma-4-12b-it-assistant"}
+    mtp = {"qwen3.5-4b-mtp", "qwen3.6-35b-a3b-mtp", "gemma-4-12b-it", "gemma-4-12b-it-assistant"}
+    assert unverified == mtp | set(SHIPPED_HEADS) | set(SHIPPED_HEADS.values())
     assert not unverified & {name for p in reg.pairs.values() for name in (p.target, p.draft)}
     assert [p.name for p in reg.pairs.values() if p.verified] == [default.name]
     for p in reg.pairs.values():
         assert reg.model(p.target).family == reg.model(p.draft).family, p.name
+
+
+# the EAGLE-3 and DFlash heads models.toml ships, each with the target whose hidden states it reads
+SHIPPED_HEADS = {
+    "gpt-oss-20b-eagle3": "gpt-oss-20b",
+    "gpt-oss-120b-eagle3": "gpt-oss-120b",
+    "qwen3-8b-dflash": "qwen3-8b",
+    "qwen3.5-4b-dflash": "qwen3.5-4b-mtp",
+    "qwen3.5-9b-dflash": "qwen3.5-9b",
+    "qwen3.5-27b-dflash": "qwen3.5-27b",
+    "qwen3.6-27b-dflash": "qwen3.6-27b",
+    "qwen3.6-35b-a3b-dflash": "qwen3.6-35b-a3b",
+}
+
+
+def test_shipped_draft_heads_name_their_targets_and_stay_out_of_pairs():
+    reg = load_registry(user=False)
+    heads = {m.name: m.target for m in reg.models.values() if m.target is not None}
+    assert heads == SHIPPED_HEADS
+    paired = {name for p in reg.pairs.values() for name in (p.target, p.draft)}
+    for name, target in SHIPPED_HEADS.items():
+        head = reg.model(name)
+        assert reg.heads_for_target(target) == [head]
+        assert reg.model(target).family == head.family and head.family is not None, name
+        assert head.quant == "Q8_0" and not head.verified and name not in paired
+        kind = "EAGLE-3" if name.endswith("-eagle3") else "DFlash"
+        assert head.params.endswith(f" {kind} head"), head.params
+        assert head.hf is not None and head.hf.revision is None and len(head.hf.files) == 1
+        if head.hf.repo.startswith("ggml-org/"):  # ggml-org/convert names its sidecars after the target's file
+            assert head.hf.repo == reg.model(target).hf.repo
+            assert head.hf.file.startswith("eagle3-" if kind == "EAGLE-3" else "dflash-")
+            assert not head.hf.sha256 and head.size is None
+        else:  # the pinned community conversions quote a digest and an exact size
+            assert len(head.hf.sha256) == 1 and head.size and head.hf.file.endswith("-DFlash.Q8_0.gguf")
+    assert reg.heads_for_target("qwen2.5-coder-1.5b") == []
+    assert reg.model("gpt-oss-20b-eagle3").hf.spec == "hf:ggml-org/gpt-oss-20b-GGUF/eagle3-gpt-oss-20b-Q8_0.gguf"
+    assert reg.model("qwen3.5-27b-dflash").hf.sha256[0].startswith("e24126896291")
+
+
+def test_each_shipped_head_says_where_its_file_name_comes_from():
+    lines = (ROOT / "models.toml").read_text().splitlines()
+    for name in SHIPPED_HEADS:
+        entry = lines.index(f'name = "{name}"') - 1
+        assert lines[entry] == "[[model]]"
+        comment = []
+        for line in reversed(lines[:entry]):
+            if not line.startswith("#"):
+                break
+            comment.insert(0, line)
+        kind = "EAGLE-3" if name.endswith("-eagle3") else "DFlash"
+        assert comment and comment[0].startswith(f"# {kind} head for "), name
+        assert any("/" in line for line in comment), name  # a repository path or a URL
+
+
+def test_a_head_names_a_model_the_registry_defines(isolated, tmp_path):
+    head = '[[model]]\nname = "h"\nhf = { repo = "o/r", file = "h.gguf" }\ntarget = "t"\n'
+    reg = parse_text(MINI + "\n" + head, "heads.toml")
+    assert reg.models[-1].target == "t" and reg.models[0].target is None
+    extra = write_registry(tmp_path / "extra.toml", head.replace('"t"', '"qwen2.5-coder-15b"'))
+    with pytest.raises(RegistryError) as err:
+        load_registry(extra)
+    assert "names target 'qwen2.5-coder-15b'" in err.value.message and "qwen2.5-coder-1.5b" in err.value.hint
+    extra = write_registry(tmp_path / "extra.toml", head.replace('"t"', '"qwen2.5-coder-1.5b"'))
+    reg = load_registry(extra)
+    assert [m.name for m in reg.heads_for_target("qwen2.5-coder-1.5b")] == ["h"]
+    with pytest.raises(RegistryError, match="names itself as its target"):
+        parse_text(head.replace('"t"', '"h"'), "self.toml")
+    with pytest.raises(RegistryError, match="'target' in model 'h' in bad.toml must be a non-empty str"):
+        parse_text(head.replace('"t"', "3"), "bad.toml")
 
 
 def test_the_shipped_text_drafter_is_assembled_from_its_pinned_chunks():

@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # GPU check: install specrun from a bundle (scripts/gpu-bundle.sh: pip --no-index, no build, no
 # network), write random-weight models with the shapes of Qwen2.5-7B (target) and Qwen2.5-0.5B
-# (draft), and a small Qwen3.5-like hybrid with an MTP block, and measure speculative decoding on
-# them with every layer on the GPU. Speed depends on shapes, not weights, so no download is needed;
-# random weights accept almost nothing, so the draft model runs at set acceptances instead
-# (bench --synthetic-acceptance: the real draft and target passes, drafts accepted at that rate).
+# (draft), a small Qwen3.5-like hybrid with an MTP block, and an EAGLE-3 head and a DFlash head
+# (heads that read a target's layer inputs) with their target, and measure speculative decoding on
+# them with every layer on the GPU. The heads need a target whose llama.cpp graph hands out its
+# layer inputs, which qwen2's does not, so they get their own: a Llama 3.1 8B of real shapes (one
+# more 8 GB file, about half a minute to write; SPECRUN_GPU_HEADS="" leaves the heads out). Speed
+# depends on shapes, not weights, so no download is needed; random weights accept almost nothing,
+# so the draft model and the heads run at set acceptances instead (bench --synthetic-acceptance:
+# the real draft and target passes, drafts accepted at that rate).
 # Sized to fit 8 minutes on 16 cores after a cold start; a re-run reuses the venv and the models.
 #
 # Stages: preflight, install, models, doctor, bench-draft (plain; the draft model at every K and
 # synthetic acceptance), bench-self (the target drafting for itself: real acceptance near 1),
 # bench-auto (auto at every synthetic acceptance), bench-mtp (only when `bench --help` offers
-# --spec mtp; else the hybrid decodes plain), serve (bench --serve: plain vs auto by concurrency),
-# summary (summary.md: stage times, the cost curve, measured vs predicted speedups with host and
-# pass milliseconds per step, what auto picked, the server; speedup-acceptance.svg). Any failure
+# --spec mtp; else the hybrid decodes plain), bench-heads (plain vs --spec eagle3 and plain vs
+# --spec dflash on the heads' target at every synthetic acceptance; EAGLE-3 drafts K=4, DFlash its
+# whole block), serve (bench --serve: plain vs auto by concurrency), summary (summary.md: stage
+# times, the cost curves, each drafter's pass beside a target pass, measured vs predicted speedups
+# with host, pass and draft milliseconds per step, what auto picked, the server;
+# speedup-acceptance.svg). Any failure
 # stops the check with a line naming the stage; everything is logged to $WORK/gpu-check.log.
 #
 # Environment:
@@ -21,9 +28,13 @@
 #   SPECRUN_LLAMA_WHEEL=FILE  llama-cpp-python from this wheel instead of the bundle's
 #   SPECRUN_BACKEND=cuda|cpu  cuda (default) puts every layer on the GPU; cpu rehearses the check
 #                             on a machine without one (smaller shapes by default)
-#   SPECRUN_GPU_WORK=DIR      where everything goes (default /tmp/specrun-gpu-check; ~12 GB on cuda)
+#   SPECRUN_GPU_WORK=DIR      where everything goes (default /tmp/specrun-gpu-check; ~22 GB on cuda)
 #   SPECRUN_GPU_SHAPES="TARGET DRAFT"  scripts/shaped_gguf.py shapes (default "qwen2.5-7b qwen2.5-0.5b";
 #                             with SPECRUN_BACKEND=cpu "small-qwen2 tiny-qwen2")
+#   SPECRUN_GPU_HEADS="EAGLE3 DFLASH"  head shapes of scripts/shaped_gguf.py, each written with the
+#                             target it names (default "eagle3-llama3.1-8b dflash-llama3.1-8b", on
+#                             llama3.1-8b; cpu "small-eagle3 small-dflash", on small-llama); either
+#                             may be left out, "" skips bench-heads
 #   SPECRUN_GPU_TOKENS=N      tokens per run (default 64; cpu 32)
 #   SPECRUN_GPU_RATES=P,...   synthetic acceptances (default 0.6,0.8,0.9)
 #   SPECRUN_GPU_KS=K,...      draft lengths of the draft model (default 2,4,8)
@@ -35,12 +46,13 @@ REPO=$(pwd)
 
 BACKEND=${SPECRUN_BACKEND:-cuda}
 case "$BACKEND" in
-    cuda) default_shapes="qwen2.5-7b qwen2.5-0.5b"; default_tokens=64 ;;
-    cpu) default_shapes="small-qwen2 tiny-qwen2"; default_tokens=32 ;;
+    cuda) default_shapes="qwen2.5-7b qwen2.5-0.5b"; default_heads="eagle3-llama3.1-8b dflash-llama3.1-8b"; default_tokens=64 ;;
+    cpu) default_shapes="small-qwen2 tiny-qwen2"; default_heads="small-eagle3 small-dflash"; default_tokens=32 ;;
     *) echo "gpu-check: SPECRUN_BACKEND=$BACKEND is not cuda or cpu" >&2; exit 2 ;;
 esac
 read -r TARGET_SHAPE DRAFT_SHAPE <<<"${SPECRUN_GPU_SHAPES:-$default_shapes}"
 [ -n "${DRAFT_SHAPE:-}" ] || { echo "gpu-check: SPECRUN_GPU_SHAPES needs two shapes, \"TARGET DRAFT\"" >&2; exit 2; }
+HEADS=${SPECRUN_GPU_HEADS-$default_heads}
 TOKENS=${SPECRUN_GPU_TOKENS:-$default_tokens}
 RATES=${SPECRUN_GPU_RATES:-0.6,0.8,0.9}
 KS=${SPECRUN_GPU_KS:-2,4,8}
@@ -95,6 +107,7 @@ else
     echo "CPU rehearsal: $(nproc) cores, no GPU" >"$WORK/header.txt"
 fi
 echo "Models: random weights with the shapes $TARGET_SHAPE (target) and $DRAFT_SHAPE (draft), $QUANT; $TOKENS tokens per run" >>"$WORK/header.txt"
+[ -z "$HEADS" ] || echo "Heads: $HEADS ($QUANT), each on the target it was shaped for" >>"$WORK/header.txt"
 [ -z "${SPECRUN_GPU_THREADS:-}" ] || GPU_FLAGS+=(--threads "$SPECRUN_GPU_THREADS")
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' || fail "python3 is older than 3.10"
 echo "gpu-check: backend $BACKEND, work folder $WORK, bundle ${SPECRUN_BUNDLE:-none}"
@@ -144,7 +157,7 @@ if [ ! -f "$HYBRID" ]; then
 import sys
 from pathlib import Path
 
-sys.path.insert(0, "tests")
+sys.path.insert(0, "tests/support")
 from arch_models import write_qwen35_gguf
 
 out, backend = Path(sys.argv[1]), sys.argv[2]
@@ -156,6 +169,25 @@ partial.rename(out)
 print(f"gpu-check: wrote {out}")
 PY
 fi
+# The heads and the targets they name: HEAD_KIND[i] (eagle3, dflash), its file, its target's file, its K.
+HEAD_KIND=() HEAD_FILE=() HEAD_TARGET=() HEAD_K=()
+for head in $HEADS; do
+    arch="" head_target="" block=""
+    read -r _ arch head_target block < <("$VENV/bin/python" "$REPO/scripts/shaped_gguf.py" --list | awk -v s="$head" '$1 == s') || true
+    case "$arch" in
+        eagle3) k=4 ;;
+        dflash) k=$((block - 1)) ;;
+        *) fail "SPECRUN_GPU_HEADS: $head is not an eagle3 or dflash shape of scripts/shaped_gguf.py (--list names them)" ;;
+    esac
+    case " ${HEAD_KIND[*]-} " in
+        *" $arch "*) fail "SPECRUN_GPU_HEADS: more than one $arch head" ;;
+    esac
+    file=$WORK/models/$head-$QUANT.gguf
+    target_file=$WORK/models/$head_target-$QUANT.gguf
+    [ -f "$target_file" ] || "$VENV/bin/python" "$REPO/scripts/shaped_gguf.py" --shape "$head_target" --type "$QUANT" "$target_file"
+    [ -f "$file" ] || "$VENV/bin/python" "$REPO/scripts/shaped_gguf.py" --shape "$head" --type "$QUANT" --seed 2 "$file"
+    HEAD_KIND+=("$arch") HEAD_FILE+=("$file") HEAD_TARGET+=("$target_file") HEAD_K+=("$k")
+done
 ls -l "$WORK/models"
 
 stage doctor
@@ -167,12 +199,15 @@ cat >"$WORK/prompts.jsonl" <<'JSONL'
 {"id": "code", "category": "code", "prompt": "def merge_sorted(a: list[int], b: list[int]) -> list[int]:\n    \"\"\"Merge two sorted lists.\"\"\"\n"}
 {"id": "facts", "category": "answers", "prompt": "List the planets of the solar system with one fact about each."}
 JSONL
-bench() {
-    local name=$1
-    shift
+bench_on() {
+    local target=$1 name=$2
+    shift 2
     echo "gpu-check: bench $name: $*"
-    "${SPECRUN[@]}" bench --target "$TARGET" "${GPU_FLAGS[@]}" --raw --ignore-eos --temperature 0 --max-tokens "$TOKENS" \
+    "${SPECRUN[@]}" bench --target "$target" "${GPU_FLAGS[@]}" --raw --ignore-eos --temperature 0 --max-tokens "$TOKENS" \
         --runs 1 --warmup 1 --prompts "$WORK/prompts.jsonl" --json "$WORK/$name.json" "$@"
+}
+bench() {
+    bench_on "$TARGET" "$@"
 }
 
 stage bench-draft
@@ -185,7 +220,9 @@ stage bench-auto
 bench bench-auto --draft "$DRAFT" --spec off,auto --synthetic-acceptance "$RATES"
 
 stage bench-mtp
-if "${SPECRUN[@]}" bench --help | grep -q 'mtp'; then
+# Read the help whole first: grep -q stopping early would fail the pipeline (pipefail) on SIGPIPE.
+bench_help=$("${SPECRUN[@]}" bench --help)
+if grep -q 'mtp' <<<"$bench_help"; then
     "${SPECRUN[@]}" bench --target "$HYBRID" --draft none "${GPU_FLAGS[@]}" --raw --ignore-eos --max-tokens "$TOKENS" --runs 1 \
         --prompts "$WORK/prompts.jsonl" --spec off,mtp --synthetic-acceptance "$RATES" --json "$WORK/bench-mtp.json"
 else
@@ -193,6 +230,16 @@ else
     "${SPECRUN[@]}" bench --target "$HYBRID" --draft none "${GPU_FLAGS[@]}" --raw --ignore-eos --max-tokens "$TOKENS" --runs 1 \
         --prompts "$WORK/prompts.jsonl" --spec off --json "$WORK/bench-mtp.json"
 fi
+
+stage bench-heads
+rm -f "$WORK/bench-eagle3.json" "$WORK/bench-dflash.json"  # a head left out now leaves no row behind
+[ ${#HEAD_KIND[@]} -gt 0 ] || echo "gpu-check: SPECRUN_GPU_HEADS is empty: no heads"
+i=0
+while [ "$i" -lt ${#HEAD_KIND[@]} ]; do
+    bench_on "${HEAD_TARGET[$i]}" "bench-${HEAD_KIND[$i]}" --draft "${HEAD_FILE[$i]}" --spec "off,${HEAD_KIND[$i]}" \
+        --draft-max "${HEAD_K[$i]}" --synthetic-acceptance "$RATES"
+    i=$((i + 1))
+done
 
 stage serve
 "${SPECRUN[@]}" bench --serve --target "$TARGET" --draft "$DRAFT" "${GPU_FLAGS[@]}" --raw --ignore-eos --max-tokens "$TOKENS" \

@@ -2,11 +2,14 @@
 plot of speedup against acceptance with the cost model's line.
 
 What it shows, and why: the time of each stage (the check must fit a metered machine); the cost
-curve (a target pass by batch size, and a draft token), which decides every speedup; every
+curve (a target pass by batch size, and a draft token), which decides every speedup, for the draft
+model's target and for the heads' target; what one pass of each drafter costs beside a target pass
+(the draft model's token, the MTP block's and the EAGLE-3 and DFlash heads' row); every
 single-request configuration over all prompts, measured speedup beside the cost model's prediction
-and the host milliseconds per step (outside llama_decode) beside the pass time, so a gap between
-measured and predicted shows whether the GPU or the Python side is to blame; what `auto` chose;
-and the server's throughput by concurrency. The plot is SVG written by hand: the check's
+(and its prediction with verification shaped as on a GPU) and the host milliseconds per step
+(outside llama_decode) beside the pass and draft times, so a gap between measured and predicted
+shows whether the GPU or the Python side is to blame; what `auto` chose; and the server's
+throughput by concurrency. The plot is SVG written by hand: the check's
 environment has no plotting library.
 
 Usage: python scripts/gpu_check_summary.py WORK_DIR   (writes WORK_DIR/summary.md and speedup-acceptance.svg)
@@ -23,7 +26,8 @@ from specrun.defaults import MODEL
 from specrun.engine.auto.cost_model import Costs
 
 DASH = "—"
-SINGLE = ("bench-draft", "bench-self", "bench-auto", "bench-mtp")
+SINGLE = ("bench-draft", "bench-self", "bench-auto", "bench-mtp", "bench-eagle3", "bench-dflash")
+HEADS = ("bench-eagle3", "bench-dflash")  # the bench-heads stage: one document per head
 
 
 def cell(value: float | None, digits: int = 2, suffix: str = "") -> str:
@@ -82,6 +86,11 @@ def single_rows(docs: dict[str, dict]) -> list[str]:
                 continue
             steps = row["steps"] or 0
             pass_ms = 1000 * row["verify_time_s"] / steps if steps and row["verify_time_s"] is not None else None
+            draft_ms = (
+                1000 * row["draft_time_s"] / steps
+                if steps and row["mode"] != "off" and row.get("draft_time_s") is not None
+                else None
+            )
             rows.append(
                 [
                     name.removeprefix("bench-"),
@@ -90,9 +99,11 @@ def single_rows(docs: dict[str, dict]) -> list[str]:
                     cell(row["alpha"]),
                     cell(row["speedup"], 2, "×"),
                     cell(row["predicted_speedup"], 2, "×"),
+                    cell(row.get("predicted_gpu_speedup"), 2, "×"),
                     cell(100 * row["efficiency"], 0, "%") if row["efficiency"] is not None else DASH,
                     cell(row["mean_tokens_per_step"]),
                     cell(pass_ms),
+                    cell(draft_ms),
                     cell(row["host_ms_per_step"]),
                     cell(row["decode_tokens_per_s"], 1),
                 ]
@@ -104,9 +115,11 @@ def single_rows(docs: dict[str, dict]) -> list[str]:
         "α",
         "speedup",
         "predicted",
+        "GPU pred.",
         "efficiency",
         "tok/step",
         "pass ms",
+        "draft ms/step",
         "host ms/step",
         "decode tok/s",
     ]
@@ -115,11 +128,55 @@ def single_rows(docs: dict[str, dict]) -> list[str]:
             "## Single requests (all prompts)",
             "",
             "α is the per-token acceptance (synthetic rows: the rate set, as measured); predicted is the cost model "
-            "over the steps taken; pass ms is the target pass with verification per step; host ms/step is the time "
-            "outside llama_decode.",
+            "over the steps taken, GPU pred. the same with verification shaped as on a GPU (they agree on one); "
+            "pass ms is the target pass with verification per step; draft ms/step the drafter's passes per step "
+            "(a DFlash step is one pass over its block); host ms/step is the time outside llama_decode.",
             "",
         ]
         + table(headers, rows)
+        + [""]
+    )
+
+
+DRAFTERS = {"bench-mtp": "MTP block", "bench-eagle3": "EAGLE-3 head", "bench-dflash": "DFlash head"}
+
+
+def draft_passes(docs: dict[str, dict]) -> list[str]:
+    """One pass of each drafter beside one target pass, from each bench's calibration: the draft
+    model's token, and the row of a head that lives beside the target (MTP, EAGLE-3, DFlash)."""
+    rows = []
+    for name, doc in docs.items():
+        cal = doc.get("calibration") or {}
+        target = cal.get("plain_decode_s")
+        if not target:
+            continue
+        if name == "bench-draft" and cal.get("draft_token_s") is not None:
+            drafter, seconds = "draft model", cal["draft_token_s"]
+        elif name in DRAFTERS and cal.get("mtp_token_s") is not None:
+            drafter, seconds = DRAFTERS[name], cal["mtp_token_s"]
+        else:
+            continue
+        rows.append(
+            [
+                name.removeprefix("bench-"),
+                pair(doc),
+                drafter,
+                cell(1000 * target),
+                cell(1000 * seconds),
+                cell(100 * seconds / target, 0, "%"),
+            ]
+        )
+    if not rows:
+        return []
+    return (
+        [
+            "## Draft passes",
+            "",
+            "One target pass (batch 1) and one pass of the drafter (one token, one row), calibrated at the same "
+            "context.",
+            "",
+        ]
+        + table(["run", "pair", "drafter", "target pass ms", "draft pass ms", "vs target pass"], rows)
         + [""]
     )
 
@@ -261,7 +318,10 @@ def main(argv: list[str]) -> int:
     lines += stages(work)
     if "bench-draft" in docs:
         lines += cost_curve(docs["bench-draft"])
-    lines += single_rows(docs) + auto_choices(docs) + serve_rows(load(work, "serve"))
+    heads = [docs[name] for name in HEADS if name in docs and (docs[name].get("calibration") or {}).get("verify_s")]
+    if heads:  # the heads' target, at the largest batch either measured (DFlash verifies whole blocks)
+        lines += cost_curve(max(heads, key=lambda doc: len(doc["calibration"]["verify_s"])))
+    lines += draft_passes(docs) + single_rows(docs) + auto_choices(docs) + serve_rows(load(work, "serve"))
     plot = speedup_plot(docs["bench-draft"]) if "bench-draft" in docs else None
     if plot:
         (work / "speedup-acceptance.svg").write_text(plot)

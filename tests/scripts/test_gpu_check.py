@@ -2,7 +2,7 @@
 
 The summary is tested on bench documents of a fake engine (instant). The script's refusals need
 nothing. A cut-down rehearsal of the whole check on the CPU (install from a bundle, write the
-models, every bench, the summary; a few minutes on two cores) runs only with a bundle for this
+models and heads, every bench, the summary; a few minutes on two cores) runs only with a bundle for this
 machine's Python, as tests/test_gpu_bundle.py explains:
 
     SPECRUN_TEST_BUNDLE=DIR python -m pytest tests/test_gpu_check.py
@@ -43,6 +43,19 @@ def fake_bench(mode: str, ks, rates) -> dict:
     )
 
 
+def head_bench(kind: str, k: int, rates, head_row_s: float) -> dict:
+    """A canned bench-heads document: plain vs the head at each rate, on the heads' own target,
+    its calibration with one row of the head costing `head_row_s`."""
+    doc = fake_bench(kind, [k], rates)
+    doc["calibration"]["mtp_token_s"] = head_row_s
+    doc["calibration"]["draft_token_s"] = None
+    doc["environment"] = {
+        **doc["environment"],
+        "models": {"target": {"name": "llama3.1-8b-q8_0.gguf"}, "draft": {"name": f"{kind}-llama3.1-8b-q8_0.gguf"}},
+    }
+    return doc
+
+
 def summarise(work: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(SUMMARY), str(work)], capture_output=True, text=True, timeout=60, cwd=REPO
@@ -63,6 +76,38 @@ def test_the_summary_has_every_table_and_the_plot(tmp_path):
     assert "host ms/step" in text and "predicted" in text
     svg = (tmp_path / "speedup-acceptance.svg").read_text()
     assert svg.startswith("<svg") and svg.count("<polyline") == 2 and svg.count("<circle") == 4
+
+
+def test_the_summary_puts_the_heads_beside_the_draft_model(tmp_path):
+    (tmp_path / "bench-draft.json").write_text(json.dumps(fake_bench("draft", [4], [0.8])))
+    (tmp_path / "bench-eagle3.json").write_text(json.dumps(head_bench("eagle3", 4, [0.6, 0.8], 0.001)))
+    (tmp_path / "bench-dflash.json").write_text(json.dumps(head_bench("dflash", 15, [0.6, 0.8], 0.0025)))
+    result = summarise(tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "summary.md").read_text()
+    # Two cost curves: the draft model's target, and the heads' (up to a DFlash block of 16 rows).
+    assert text.count("## Cost curve") == 2 and "## Cost curve (llama3.1-8b-q8_0 + dflash-llama3.1-8b-q8_0" in text
+    assert "| 16 | 47.50 | 4.75× |" in text  # FakeEngine: 10 ms × (1 + 0.25 (b − 1))
+    # One pass of each drafter beside one target pass (10 ms).
+    assert "| draft | t + d | draft model | 10.00 | 2.00 | 20% |" in text
+    assert "| eagle3 | llama3.1-8b-q8_0 + eagle3-llama3.1-8b-q8_0 | EAGLE-3 head | 10.00 | 1.00 | 10% |" in text
+    assert "| dflash | llama3.1-8b-q8_0 + dflash-llama3.1-8b-q8_0 | DFlash head | 10.00 | 2.50 | 25% |" in text
+    # Every head row in the single-request table, with its pass, draft and GPU-predicted figures.
+    header = next(line for line in text.splitlines() if line.startswith("| run | pair | configuration"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert {"pass ms", "draft ms/step", "predicted", "GPU pred."} <= set(columns)
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == len(columns) and cells[0] in ("draft", "eagle3", "dflash"):
+            rows[(cells[0], cells[2])] = dict(zip(columns, cells))
+    for kind, k in (("eagle3", 4), ("dflash", 15)):
+        for rate in ("0.6", "0.8"):
+            row = rows[(kind, f"{kind} K={k} synthetic {rate}")]
+            assert row["pass ms"] != "—" and row["draft ms/step"] != "—" and row["predicted"].endswith("×")
+            assert row["GPU pred."].endswith("×")
+        assert rows[(kind, "plain")]["draft ms/step"] == "—"
+    assert ("draft", "draft K=4 synthetic 0.8") in rows
 
 
 def test_the_summary_says_what_auto_picked(tmp_path):
@@ -111,6 +156,7 @@ def test_a_cut_down_rehearsal_runs_end_to_end_on_the_cpu(tmp_path):
         "SPECRUN_BUNDLE": BUNDLE,
         "SPECRUN_GPU_WORK": str(tmp_path / "work"),
         "SPECRUN_GPU_SHAPES": "tiny-qwen2 tiny-qwen2",
+        "SPECRUN_GPU_HEADS": "tiny-eagle3 tiny-dflash",
         "SPECRUN_GPU_TOKENS": "8",
         "SPECRUN_GPU_RATES": "0.8",
         "SPECRUN_GPU_KS": "2",
@@ -130,8 +176,11 @@ def test_a_cut_down_rehearsal_runs_end_to_end_on_the_cpu(tmp_path):
         "bench-self",
         "bench-auto",
         "bench-mtp",
+        "bench-heads",
         "serve",
         "summary",
     ]
     assert "draft K=2 synthetic 0.8" in text and "## Server" in text and "## What auto picked" in text
+    assert "eagle3 K=4 synthetic 0.8" in text and "dflash K=15 synthetic 0.8" in text
+    assert "| EAGLE-3 head |" in text and "| DFlash head |" in text
     assert (work / "speedup-acceptance.svg").is_file()

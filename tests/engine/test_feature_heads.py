@@ -296,3 +296,65 @@ def test_the_target_keeps_its_layer_inputs_only_while_the_head_may_draft(head_pa
     for mode, keeps in (("off", False), ("ngram", False), (kind, True), ("auto", True), ("off", False)):
         list(pair.generation(prompt, settings, mode=mode).run())
         assert target._capturing is keeps, mode
+
+
+@pytest.mark.slow
+def test_bench_has_rows_of_its_own_for_each_head(heads, tmp_path):
+    """With a head as the draft, bench compares plain with the head's mode by default: its rows
+    have acceptance by position and the cost model's GPU prediction, its greedy text checked."""
+    import json
+
+    for kind in ("eagle3", "dflash"):
+        report = tmp_path / f"{kind}.json"
+        result = specrun(
+            "bench",
+            "--target",
+            str(heads["target"]),
+            "--draft",
+            str(heads[kind]),
+            "--quick",
+            "--category",
+            "code-generation",
+            "--max-tokens",
+            "16",
+            "--warmup",
+            "0",
+            "--json",
+            report,
+            "--quiet",
+            "--threads",
+            "1",
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr
+        doc = json.loads(report.read_text())
+        assert doc["settings"]["spec"] == ["off", kind]
+        (row,) = [r for r in doc["categories"] if r["mode"] == kind and r["category"] == "code-generation"]
+        assert row["drafted"] > 0 and len(row["acceptance_by_position"]) == row["draft_max"]
+        assert row["predicted_gpu_speedup"] is not None
+        correctness = doc["correctness"]
+        assert correctness["diverged"] == 0 and correctness["identical"] == correctness["checked"] > 0
+
+
+def test_chat_drafts_with_the_head_turn_after_turn(heads):
+    import json
+    import subprocess
+    import sys
+
+    from cli_helpers import env
+
+    stdin = "\n".join(json.dumps({"role": "user", "content": text}) for text in ("hello", "and more")) + "\n"
+    args = ["--target", str(heads["target"]), "--draft", str(heads["eagle3"]), "--spec", "eagle3"]
+    result = subprocess.run(
+        [sys.executable, "-m", "specrun", "chat", *args, "-n", "12", "--temp", "0", "--ignore-eos", "--jsonl"]
+        + ["--threads", "1"],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    answers = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(answers) == 2 and all(a["content"] for a in answers)
+    assert "eagle3 K=4" in result.stderr and "accept" in result.stderr

@@ -316,3 +316,20 @@ def test_a_match_in_an_answer_that_copies_is_estimated_apart_from_one_in_fresh_t
         fresh._learn(("match", 2), 0, failed=True)
     assert fresh.confidence(2, position=1, kind="match") < 0.25
     assert fresh.confidence(2, position=1, kind="match+") == pytest.approx(0.5)
+
+
+def test_a_prompt_indexed_at_once_is_indexed_as_token_by_token():
+    from specrun.engine.drafting.ngram_index import BULK
+
+    rng = random.Random(3)
+    for n_min, n_max in ((1, 8), (2, 4), (3, 3)):
+        tokens = [rng.randrange(12) for _ in range(4 * BULK)]
+        whole, stepwise = NgramIndex(n_min, n_max), NgramIndex(n_min, n_max)
+        whole.sync(tokens[: 3 * BULK])  # in bulk
+        whole.sync(tokens)  # a long continuation, in bulk too
+        for end in range(1, len(tokens) + 1):
+            stepwise.sync(tokens[:end])
+        assert whole._ends == stepwise._ends and whole.tokens == stepwise.tokens
+        whole.sync(tokens[: BULK // 2])  # cut back, then grown again in bulk
+        whole.sync(tokens)
+        assert whole._ends == stepwise._ends

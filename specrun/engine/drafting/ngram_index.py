@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 from ..llama import common_prefix
 
+BULK = 32  # tokens appended at once beyond which they are indexed n by n (a prompt), not token by token
+
 
 class NgramIndex:
     """For every n-gram (n_min ≤ n ≤ n_max) of a token list, the positions right after it, oldest first.
@@ -61,9 +63,23 @@ class NgramIndex:
     def _extend(self, new: Sequence[int]) -> None:
         first_end = max(len(self.tokens), 1)
         self.tokens.extend(new)
+        if len(new) > BULK:
+            self._extend_bulk(first_end)
+            return
         for end in range(first_end, len(self.tokens)):
             for key in self._keys_ending_at(end):
                 self._ends.setdefault(key, []).append(end)
+
+    def _extend_bulk(self, first_end: int) -> None:
+        """Index the n-grams ending at first_end.. one n at a time, each n's keys built by zip in C
+        (a prompt is indexed in about half the time; per token, each key's positions stay in order)."""
+        tokens, total, ends = self.tokens, len(self.tokens), self._ends
+        for n in range(self.n_min, self.n_max + 1):
+            low = max(first_end, n)
+            if low >= total:
+                continue
+            for end, key in enumerate(zip(*(tokens[low - n + i : total - n + i] for i in range(n))), low):
+                ends.setdefault(key, []).append(end)
 
     def _drop_from(self, keep: int) -> None:
         """Forget tokens from `keep` on, and the entries whose following token was among them."""

@@ -5,7 +5,6 @@ measured passes pay, and a head meets only a target it can read."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 
 import numpy as np
@@ -158,34 +157,15 @@ def test_a_dflash_block_costs_one_pass_over_its_rows(head_pair):
 
 @pytest.mark.slow
 def test_serve_answers_four_concurrent_requests_as_alone(heads):
-    import openai
-    from serve_helpers import FLAT_COSTS, WAIT, load_pair, served
+    from serve_helpers import FLAT_COSTS, alone_and_together, load_pair, served
 
     prompts = ["hello", "abc abc abc abc", PROMPT, "def f(x):"]
     for kind in HEADS:
         pair = load_pair(heads["target"], heads[kind])
         try:
             with served(pair, costs=FLAT_COSTS, parallel=4, mode=mode_of(kind), draft_max=4) as running:
-                client = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=WAIT)
-
-                def complete(prompt: str, client=client) -> str:
-                    return (
-                        client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=0)
-                        .choices[0]
-                        .text
-                    )
-
-                alone = [complete(p) for p in prompts]
-                together: dict[int, str] = {}
-                threads = [
-                    threading.Thread(target=lambda i=i, p=p, together=together: together.__setitem__(i, complete(p)))
-                    for i, p in enumerate(prompts)
-                ]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join(WAIT)
-            assert [together[i] for i in range(len(prompts))] == alone, kind
+                alone, together = alone_and_together(running.url, prompts)
+            assert together == alone, kind
         finally:
             pair.close()
 

@@ -108,10 +108,7 @@ def test_every_mode_runs_on_hybrid_and_sliding_window_targets(request, hybrid_dr
 def test_serve_answers_four_concurrent_requests_as_alone(
     hybrid_mtp_target, swa_target, chained_mtp_target, gemma4_target, gemma4_assistant
 ):
-    import threading
-
-    import openai
-    from serve_helpers import FLAT_COSTS, WAIT, load_pair, served
+    from serve_helpers import FLAT_COSTS, alone_and_together, load_pair, served
 
     prompts = ["hello", "abc abc abc abc", PROMPT, "def f(x):"]
     for target, draft, mode in (
@@ -123,26 +120,8 @@ def test_serve_answers_four_concurrent_requests_as_alone(
         pair = load_pair(target, draft)
         try:
             with served(pair, costs=FLAT_COSTS, parallel=4, mode=mode, draft_max=4) as running:
-                client = openai.OpenAI(base_url=running.url + "/v1", api_key="none", max_retries=0, timeout=WAIT)
-
-                def complete(prompt: str, client=client) -> str:
-                    return (
-                        client.completions.create(model="tiny", prompt=prompt, max_tokens=24, temperature=0)
-                        .choices[0]
-                        .text
-                    )
-
-                alone = [complete(p) for p in prompts]
-                together: dict[int, str] = {}
-                threads = [
-                    threading.Thread(target=lambda i=i, p=p, together=together: together.__setitem__(i, complete(p)))
-                    for i, p in enumerate(prompts)
-                ]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join(WAIT)
-            assert [together[i] for i in range(len(prompts))] == alone, target
+                alone, together = alone_and_together(running.url, prompts)
+            assert together == alone, target
         finally:
             pair.close()
 

@@ -120,3 +120,27 @@ def stop(process: subprocess.Popen, sig: int) -> tuple[int, str]:
     process.send_signal(sig)
     err = process.stderr.read()
     return process.wait(WAIT), err
+
+
+def alone_and_together(url: str, prompts: list[str], max_tokens: int = 24) -> tuple[list[str], list[str]]:
+    """Greedy completions of `prompts` from the server at `url`, one after another and then all at
+    once (each from its own thread): what a batch must not change."""
+    import openai
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=WAIT)
+
+    def complete(prompt: str) -> str:
+        return (
+            client.completions.create(model="tiny", prompt=prompt, max_tokens=max_tokens, temperature=0).choices[0].text
+        )
+
+    alone = [complete(p) for p in prompts]
+    together: dict[int, str] = {}
+    threads = [
+        threading.Thread(target=lambda i=i, p=p: together.__setitem__(i, complete(p))) for i, p in enumerate(prompts)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    return alone, [together.get(i, "") for i in range(len(prompts))]

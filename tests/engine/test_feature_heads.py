@@ -338,3 +338,21 @@ def test_chat_drafts_with_the_head_turn_after_turn(heads):
     answers = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(answers) == 2 and all(a["content"] for a in answers)
     assert "eagle3 K=4" in result.stderr and "accept" in result.stderr
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "dflash"])
+def test_a_head_on_a_hybrid_target_gives_plain_decodings_text(hybrid_target, tmp_path, kind):
+    """Qwen3.5/3.6 heads read hybrid targets, whose recurrent cache takes drafts back by
+    snapshots: the layer inputs of a step's verification, and of its cut, still line up."""
+    from head_models import write_dflash_gguf, write_eagle3_gguf
+
+    head = (
+        write_eagle3_gguf(tmp_path / "head.gguf", target_layers=(0, 2, 3))
+        if kind == "eagle3"
+        else write_dflash_gguf(tmp_path / "head.gguf", hybrid_target, target_layers=(0, 3))
+    )
+    common = ("--target", str(hybrid_target), "--temp", "0", "-n", "120", "--ignore-eos")
+    plain = run_head(*common, "--draft", "none")
+    doc = run_head(*common, "--draft", str(head), "--spec", kind)
+    assert doc["text"] == plain["text"]
+    assert doc["stats"]["accepted"] > 0 and doc["settings"]["rollback"]["kind"] == "snapshots"

@@ -641,13 +641,12 @@ class PairEngine:
         costs = measure_costs(
             self.session.target_ctx, self.session.draft_ctx, tokens, batch_sizes, reps, head=self.session.head_ctx
         )
-        head = costs.mtp_s or {}  # a head's smallest pass: one row (a DFlash head: its last token and one mask)
         return Calibration(
             len(tokens),
             costs.verify_s.get(1, 0.0),
             costs.verify_s,
             costs.draft_token_s,
-            head[min(head)] if head else None,
+            costs.head_pass_s,
         )
 
     def output_rows(self, prompt: list[int], output: list[int], constraint: Constraint | None = None) -> np.ndarray:

@@ -198,12 +198,11 @@ def head_facts(loaded) -> dict | None:
 
 def costs_report(measured: DecodeCosts, calibrated: bool, gpu: bool, head_name: str = defaults.MTP) -> dict:
     """The cost curve in the document's units, the break-even acceptances and the verdict."""
-    passes = measured.mtp_s or {}
-    head_s = passes[min(passes)] if passes else None  # one row (a DFlash head: a block of one token and one mask)
+    head_s = measured.head_pass_s
     costs = Costs.measured(measured.verify_s, {defaults.MODEL: measured.draft_token_s or 0.0})
     if head_s:  # the head drafts like a draft model whose token costs one head pass (DFlash: a block, one pass)
-        blocks = frozenset({head_name}) if head_name == defaults.DFLASH else frozenset()
-        costs = Costs(costs.verify, {**costs.draft, head_name: CostCurve.of(measured.mtp_s)}, blocks=blocks)
+        curve = CostCurve.of(measured.mtp_s)
+        costs = Costs(costs.verify, {**costs.draft, head_name: curve}, blocks=defaults.BLOCK_DRAFTERS & {head_name})
     result = break_even.verdict(costs)
     head = break_even.verdict(costs, head_name) if head_s else None
     return {

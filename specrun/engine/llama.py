@@ -719,6 +719,11 @@ class Context(FreedOnCollection):
                 out[index].append(block.copy() if copy else block)
             at += n or 1
 
+    @property
+    def feature_width(self) -> int:
+        """Floats in one row of the `features` layers' inputs, side by side."""
+        return len(self.features) * self.model.n_embd
+
     def capture(self, on: bool) -> None:
         """Whether passes keep the inputs of the `features` layers from now on (a change takes
         effect at the next pass, which reserves its graph again)."""
@@ -841,23 +846,16 @@ class Context(FreedOnCollection):
         lattice = bool(self.model.feature_head.selector_top_k)
         self._check([Segment(seq, tokens) for seq, tokens in blocks])
         lib = _llama()
-        batch = self._head_batch
-        lib.llama_batch_ext_clear(batch)
-        position = (lib.llama_pos * 1)()
+        entries = _ExtBatch(self, "a DFlash block")
         firsts = []
         for seq, tokens in blocks:
             base = len(self.tokens[seq])
-            for i, token in enumerate(tokens):
-                at = lib.llama_batch_ext_add_token(batch, seq, int(token))
-                position[0] = base + i
-                if at < 0 or not lib.llama_batch_ext_set_pos(batch, at, position):
-                    raise SpecrunError("llama.cpp refused an entry of a DFlash block", _HEAD_FIX)
-                if not lattice:  # the selector's rows come for every entry; logits only for those asked
-                    lib.llama_batch_ext_set_output_logits(batch, at, True)
+            for i, token in enumerate(tokens):  # the selector's rows come for every entry; logits only if asked
+                entries.add(seq, base + i, token=token, output=not lattice)
             firsts.append(base)
         try:
             total = sum(len(t) for _, t in blocks)
-            self._run_ext(lib.LLAMA_PROCESS_TYPE_DECODE, total)
+            entries.run(lib.LLAMA_PROCESS_TYPE_DECODE)
             if lattice:
                 rows = float_view(_llama_ext().llama_get_embeddings_nextn(self.ptr), (total, self.model.n_embd))
             else:
@@ -872,31 +870,13 @@ class Context(FreedOnCollection):
                 lib.llama_memory_seq_rm(self.memory, seq, first, -1)
 
     def _process_embd(self, items, *, encode: bool = False) -> None:
-        """One llama_process over (sequence, position, row) entries that carry a row and no token."""
+        """One llama_process over (sequence, position, row) entries that carry a row and no token
+        (the encoder's rows are what it returns)."""
         lib = _llama()
-        batch = self._head_batch
-        lib.llama_batch_ext_clear(batch)
-        position = (lib.llama_pos * 1)()
-        kept = []
+        entries = _ExtBatch(self, "a draft head's batch")
         for seq, pos, row in items:
-            row = np.ascontiguousarray(row, dtype=np.float32)
-            kept.append(row)  # C reads the row when the batch is processed
-            at = lib.llama_batch_ext_add_embd(
-                batch, seq, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, row.size)
-            )
-            position[0] = pos
-            if at < 0 or not lib.llama_batch_ext_set_pos(batch, at, position):
-                raise SpecrunError("llama.cpp refused a row of a draft head's batch", _HEAD_FIX)
-            if encode:  # the encoder's rows are what it returns
-                lib.llama_batch_ext_set_output_embd(batch, at, True)
-        self._run_ext(lib.LLAMA_PROCESS_TYPE_ENCODE if encode else lib.LLAMA_PROCESS_TYPE_DECODE, len(items))
-
-    def _run_ext(self, kind: int, n: int) -> None:
-        start_time = time.perf_counter()
-        status = _llama().llama_process(self.ptr, kind, self._head_batch)
-        self.decode_seconds += time.perf_counter() - start_time
-        if status != 0:
-            raise SpecrunError(f"the draft head failed with status {status} on {n} entries", _HEAD_FIX)
+            entries.add(seq, pos, row=row, output=encode)
+        entries.run(lib.LLAMA_PROCESS_TYPE_ENCODE if encode else lib.LLAMA_PROCESS_TYPE_DECODE)
 
     def _appending(self, segments) -> _Appending:
         """The passes inside append each segment's tokens to its sequence (entering gives where
@@ -928,47 +908,22 @@ class Context(FreedOnCollection):
         token: (sequence, position, token, row, output) items; the logits and hidden row of
         each item marked as an output, in order."""
         lib, ext = _llama(), _llama_ext()
-        batch, width = self._head_batch, self.model.n_embd_out
+        width = self.model.n_embd_out
         # EAGLE-3's graph keeps every row to its end, and llama.cpp reads a pass's outputs from the
         # first rows: a pass that returns any row makes every row an output, so each lands in place.
         # Many rows read only to catch up go in a pass of their own first, without outputs, so
         # llama.cpp does not copy out a vocabulary's logits for each.
         every = self.model.feature_head is not None and any(item[4] for item in items)
-        quiet = [item for item in items if not item[4]]
-        if every and len(quiet) > QUIET_ROWS:
-            self._process_head(quiet)
+        if every and sum(not item[4] for item in items) > QUIET_ROWS:
+            self._process_head([item for item in items if not item[4]])
             items = [item for item in items if item[4]]
-        lib.llama_batch_ext_clear(batch)
-        kept, outputs = [], []
-        position = (lib.llama_pos * 1)()
-        for seq, pos, token, row, output in items:
-            row = np.ascontiguousarray(row, dtype=np.float32)
-            kept.append(row)  # C reads the row when the batch is processed
-            at = lib.llama_batch_ext_add_token(batch, seq, int(token))
-            position[0] = pos
-            if (
-                at < 0
-                or not lib.llama_batch_ext_set_pos(batch, at, position)
-                or not lib.llama_batch_ext_set_embd_token(
-                    batch, at, lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, width)
-                )
-            ):
-                raise SpecrunError(
-                    "llama.cpp refused an entry of a multi-token-prediction batch",
-                    "use another --spec mode; SPECRUN_DEBUG=1 shows details",
-                )
-            if output or every:
-                lib.llama_batch_ext_set_output_logits(batch, at, True)
-            if output:
-                outputs.append(at)
-        start_time = time.perf_counter()
-        status = lib.llama_process(self.ptr, lib.LLAMA_PROCESS_TYPE_DECODE, batch)
-        self.decode_seconds += time.perf_counter() - start_time
-        if status != 0:
-            raise SpecrunError(
-                f"the multi-token-prediction head failed with status {status} on {len(items)} entries",
-                "raise --ctx-size or use another --spec mode; SPECRUN_DEBUG=1 shows details",
-            )
+        entries = _ExtBatch(self, "a multi-token-prediction batch", "the multi-token-prediction head")
+        ats = [
+            entries.add(seq, pos, token=token, row=row, output=output or every)
+            for seq, pos, token, row, output in items
+        ]
+        outputs = [at for at, item in zip(ats, items) if item[4]]
+        entries.run(lib.LLAMA_PROCESS_TYPE_DECODE)
         if self.pins:
             for seq, pos, _, _, _ in items:
                 self._pin_leaving(seq, pos + 1)
@@ -1186,6 +1141,55 @@ class _FloatBlock:
 
 
 _HEAD_FIX = "raise --ctx-size or use another --spec mode; SPECRUN_DEBUG=1 shows details"
+
+
+class _ExtBatch:
+    """One llama_process through a head context's llama_batch_ext: entries of a token, a row, or
+    both, each at its position; the rows are kept alive until the pass has read them. `what` names
+    the batch in a refusal, `who` the head in a failed pass."""
+
+    def __init__(self, ctx: Context, what: str, who: str = "the draft head"):
+        self.ctx, self.what, self.who = ctx, what, who
+        self.lib = _llama()
+        self.batch = ctx._head_batch
+        self.lib.llama_batch_ext_clear(self.batch)
+        self.position = (self.lib.llama_pos * 1)()
+        self.kept: list[np.ndarray] = []  # C reads the rows when the batch is processed
+        self.n = 0
+
+    def add(self, seq: int, pos: int, *, token: int | None = None, row=None, output: bool = False) -> int:
+        """Append an entry; its index in the batch."""
+        lib, batch = self.lib, self.batch
+        embd = None
+        if row is not None:
+            row = np.ascontiguousarray(row, dtype=np.float32)
+            self.kept.append(row)
+            embd = lib.llama_embd(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, row.size)
+        if token is not None:
+            at = lib.llama_batch_ext_add_token(batch, seq, int(token))
+        else:
+            at = lib.llama_batch_ext_add_embd(batch, seq, embd)
+        self.position[0] = pos
+        if (
+            at < 0
+            or not lib.llama_batch_ext_set_pos(batch, at, self.position)
+            or (token is not None and embd is not None and not lib.llama_batch_ext_set_embd_token(batch, at, embd))
+        ):
+            raise SpecrunError(f"llama.cpp refused an entry of {self.what}", _HEAD_FIX)
+        if output:  # a row's output: its logits, or an encoder's row
+            lib.llama_batch_ext_set_output_logits(batch, at, True)
+        self.n += 1
+        return at
+
+    def run(self, kind: int) -> None:
+        ctx = self.ctx
+        start_time = time.perf_counter()
+        status = self.lib.llama_process(ctx.ptr, kind, self.batch)
+        ctx.decode_seconds += time.perf_counter() - start_time
+        if status != 0:
+            raise SpecrunError(f"{self.who} failed with status {status} on {self.n} entries", _HEAD_FIX)
+
+
 QUIET_ROWS = 8  # an EAGLE-3 pass with more rows than this that return nothing reads them in a pass of their own
 
 

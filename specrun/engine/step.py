@@ -186,7 +186,7 @@ class Engine:
         for drafter in self.drafters.values():
             drafter.configure(policy.tuning)
         if self.target.features:  # the layer inputs a head reads cost every pass: kept only while it may draft
-            self.target.capture(any(getattr(d, "reads_features", False) for d in self._active))
+            self.target.capture(any(d.name in defaults.FEATURE_HEADS for d in self._active))
 
     @property
     def reads_ahead(self) -> list[Drafter]:

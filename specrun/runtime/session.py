@@ -314,8 +314,7 @@ class Session:
         timed = {model.name: costs.draft_passes()} if model is not None else {}
         timed[self.head_name] = costs.mtp_s
         passes = {name: dict(seconds) for name, seconds in timed.items() if name in drafters and seconds}
-        blocks = {name for name in passes if getattr(drafters[name], "block", False)}
-        controller.seed(costs.verify_s, passes or None, blocks=blocks)
+        controller.seed(costs.verify_s, passes or None, blocks=defaults.BLOCK_DRAFTERS & passes.keys())
         return controller
 
     def _auto_state(self, k_max: int, ngrams: tuple[int, int], fresh: bool) -> tuple[Controller, PromptLookup]:

@@ -71,7 +71,12 @@ class DecodeCosts:
     conditions: Conditions | None = field(default=None, compare=False)
     draft_prefill_token_s: float | None = None  # per token of a draft pass over PREFILL_BATCH
     draft_s: dict[int, float] | None = None  # draft pass seconds by rows, every size timed
-    mtp_s: dict[int, float] | None = None  # the target's multi-token-prediction head: pass seconds by rows
+    mtp_s: dict[int, float] | None = None  # the head (MTP, assistant, EAGLE-3, DFlash): pass seconds by rows
+
+    @property
+    def head_pass_s(self) -> float | None:
+        """The head's smallest pass: one row (a DFlash head: its last token and one mask)."""
+        return self.mtp_s[min(self.mtp_s)] if self.mtp_s else None
 
     def draft_passes(self) -> dict[int, float]:
         """Draft pass seconds by rows, from what was timed."""
@@ -216,7 +221,7 @@ def _time_blocks(
     """A DFlash head's block passes by rows, over the calibration text injected as its cache (a
     pass costs the same whatever features were injected, so zeros stand in)."""
     spec = head.model.feature_head
-    zeros = np.zeros(len(spec.layers) * head.model.n_embd, dtype=np.float32)
+    zeros = np.zeros(head.other.feature_width, dtype=np.float32)
 
     def feed(items: Sequence[int], last: bool) -> None:
         if last:

@@ -39,10 +39,8 @@ class DFlashDrafter:
     the head's feature layers), whose sequence ids it shares."""
 
     name = defaults.DFLASH
-    reads_features = True  # the target keeps its layer inputs while this drafter may draft
     ahead = False
     saved_with_target = False  # injected from the target's rows: read again after a restore
-    block = True  # one pass over every draft's rows, not one per depth (the cost model's concern)
 
     def __init__(self, head: Context, target: Context, *, tuning: DraftTuning = DraftTuning()):
         self.ctx = head
@@ -51,7 +49,7 @@ class DFlashDrafter:
         self.k_max = max(1, spec.block - 1)
         self.mask = spec.mask
         self.top_k = spec.selector_top_k  # DFlash2's selector (0: none)
-        self.hidden = HiddenRows(target, len(target.features) * target.model.n_embd)
+        self.hidden = HiddenRows(target, target.feature_width)
 
     def configure(self, tuning: DraftTuning) -> None:
         self.tuning = tuning

@@ -35,14 +35,13 @@ class Eagle3Drafter(MtpDrafter):
     the head's feature layers), whose sequence ids it shares."""
 
     name = defaults.EAGLE3
-    reads_features = True  # the target keeps its layer inputs while this drafter may draft
     saved_with_target = False  # its cache is a position behind the target's: read again after a restore
 
     def __init__(self, head: Context, target: Context, *, tuning: DraftTuning = DraftTuning()):
         self.ctx = head
         self.tuning = tuning
         self.k_max = None
-        self.hidden = HiddenRows(target, len(target.features) * target.model.n_embd)
+        self.hidden = HiddenRows(target, target.feature_width)
         self._encoded = DraftPass(0, 0.0)  # the last catch-up's encoder pass
 
     @staticmethod

@@ -277,13 +277,14 @@ def rows(report: dict) -> list[tuple[str, str]]:
             )
         head = report.get("head")
         if head:
-            name = "EAGLE-3" if head["kind"] == defaults.EAGLE3 else "DFlash"
+            from ..models.modelfile import FEATURE_HEAD_NAMES
+
             block = f", blocks of {head['block']}" if head["block"] else ""
             out.append(
                 (
                     "draft head",
-                    f"{head['file']}: {name} head for {head['target']}, reading its layers {head['layers']}"
-                    f"{block} ({head['spec']}, or auto)",
+                    f"{head['file']}: {FEATURE_HEAD_NAMES[head['kind']]} for {head['target']}, reading its layers "
+                    f"{head['layers']}{block} ({head['spec']}, or auto)",
                 )
             )
         costs = report["costs"]
@@ -318,7 +319,9 @@ def break_even_rows(table: dict) -> list[tuple[str, str]]:
         out.append(("break-even α", f"draft model  {cells(table['draft'])}"))
     out.append(("break-even α" if table["draft"] is None else "", f"prompt lookup  {cells(table['lookup'])}"))
     if table.get("mtp"):
-        name = {defaults.EAGLE3: "EAGLE-3 head", defaults.DFLASH: "DFlash head"}.get(table.get("head"), "MTP head")
+        from ..models.modelfile import FEATURE_HEAD_NAMES
+
+        name = FEATURE_HEAD_NAMES.get(table.get("head"), "MTP head")
         out.append(("", f"{name}  {cells(table['mtp'])}"))
     for kind, row in table["expected_speedup"].items():
         parts = [f"{name} {b['speedup']:.2f}× (K={b['k']})" for name, b in row.items() if name != "alpha"]

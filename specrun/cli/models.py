@@ -229,7 +229,7 @@ def check(
     """Report whether DRAFT can draft for TARGET, from GGUF metadata only: through shared tokens, or
     through text. Exit 0 when it can, 3 when it cannot."""
     from ..models.compat import check_pair
-    from ..models.modelfile import FEATURE_HEAD_NAMES, assists, feature_head, is_assistant, require_feature_fit
+    from ..models.modelfile import a_feature_head, assists, feature_head, is_assistant, require_feature_fit
 
     reg = load_registry(registry)
     target_spec, draft_spec = _specs(target, draft, reg)
@@ -243,7 +243,7 @@ def check(
             )
         if (kind := feature_head(target_path)) is not None:
             raise InputError(
-                f"{target_path.name} is {FEATURE_HEAD_NAMES[kind]}: it drafts for the target it was made for, "
+                f"{target_path.name} is {a_feature_head(kind)}: it drafts for the target it was made for, "
                 "and is no target itself",
                 f"run `specrun check TARGET {target_path.name}`",
             )
@@ -341,11 +341,12 @@ def render_report(report, facts: dict | None = None) -> str:
             "(--spec mtp, or auto)"
         )
     elif report.compatible and facts is not None and facts.get("feature_head"):
+        from ..models.modelfile import a_feature_head
+
         kind = facts["feature_head"]
-        name = "an EAGLE-3 head" if kind == "eagle3" else "a DFlash head"
         lines.append(
-            f"compatible: the draft is {name} made for this target, which drafts from the target's own layer "
-            f"inputs (--spec {kind}, or auto)"
+            f"compatible: the draft is {a_feature_head(kind)} made for this target, which drafts from the "
+            f"target's own layer inputs (--spec {kind}, or auto)"
         )
     elif report.compatible:
         lines.append("compatible: the draft can speculate for the target")
@@ -405,7 +406,7 @@ def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCa
     A file that is no readable model is a candidate that failed, never the end of the listing: the
     folders scanned (the Hugging Face cache, --search) hold whatever was put there."""
     from ..models.compat import check_pair, read_vocab
-    from ..models.modelfile import assists, feature_head, require_feature_fit
+    from ..models.modelfile import FEATURE_HEAD_NAMES, assists, feature_head, require_feature_fit
 
     target_size = target.stat().st_size
     vetted = []
@@ -440,7 +441,7 @@ def find_drafts(target: Path, reg: Registry, search: list[Path]) -> list[DraftCa
                 drafting,
             )
         )
-    rank = {ASSISTANT: 0, "eagle3": 0, "dflash": 0, "token": 0, "text": 1, None: 2}
+    rank = {ASSISTANT: 0, **dict.fromkeys(FEATURE_HEAD_NAMES, 0), "token": 0, "text": 1, None: 2}
     return sorted(vetted, key=lambda c: (rank[c.drafting], c.size, str(c.path)))
 
 
@@ -473,7 +474,7 @@ def drafts(
         target_path = resolve_spec(target or reg.default_pair().target, reg, hook)
     found = find_drafts(target_path, reg, list(search or []))
     shown = [c for c in found if show_all or c.drafting is not None]
-    from ..models.modelfile import mtp_chain, mtp_layers
+    from ..models.modelfile import FEATURE_HEAD_NAMES, mtp_chain, mtp_layers
 
     heads = mtp_layers(target_path) if mtp_chain(target_path) is not None else 0
     builtin = (
@@ -514,8 +515,7 @@ def drafts(
                 "token": "tokens",
                 "text": "text",
                 ASSISTANT: "assistant (--spec mtp)",
-                "eagle3": "EAGLE-3 head (--spec eagle3)",
-                "dflash": "DFlash head (--spec dflash)",
+                **{kind: f"{name} (--spec {kind})" for kind, name in FEATURE_HEAD_NAMES.items()},
             }.get(c.drafting, "-"),
             c.found_in,
         ]

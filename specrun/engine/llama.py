@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import defaults
 from ..errors import ContextOverflowError, InputError, ModelFileError, SpecrunError
 from .lib import _llama, _llama_ext, init_backend
 from .shortlist import Shortlist
@@ -123,9 +124,6 @@ def _meta(model, key: str) -> str | None:
     return buf.value.decode("utf-8", "replace")
 
 
-FEATURE_HEAD_ARCHS = ("eagle3", "dflash")  # heads that draft from a target's layer inputs
-
-
 @dataclass(frozen=True)
 class FeatureHead:
     """What a head that reads a target's layer inputs says of itself: its kind ("eagle3",
@@ -146,7 +144,7 @@ class FeatureHead:
         from .feature_api import api, target_layers
 
         kind = model.arch
-        if kind == "eagle3":
+        if kind == defaults.EAGLE3:
             return cls(kind, target_layers(model.ptr), _int(_meta(model.ptr, "eagle3.target_hidden_size")) or 0)
         return cls(
             kind,
@@ -240,7 +238,7 @@ class Model(FreedOnCollection):
         self.n_embd = int(lib.llama_model_n_embd(self.ptr))
         self.n_layer = int(lib.llama_model_n_layer(self.ptr))
         self.arch = _meta(self.ptr, "general.architecture") or ""
-        self.feature_head = FeatureHead.of(self) if self.arch in FEATURE_HEAD_ARCHS else None
+        self.feature_head = FeatureHead.of(self) if self.arch in defaults.FEATURE_HEADS else None
         self.bos = int(lib.llama_vocab_bos(self.vocab))  # -1: the vocabulary has none
         self.eos = int(lib.llama_vocab_eos(self.vocab))
 
@@ -463,7 +461,7 @@ class Context(FreedOnCollection):
             _llama_ext().llama_set_embeddings_nextn(self.ptr, True, head)  # the head: rows for its outputs only
         if feature_head is not None:  # its hidden rows for its outputs only (DFlash2: its selector's, for all)
             _llama_ext().llama_set_embeddings_nextn(self.ptr, True, not feature_head.selector_top_k)
-            if feature_head.kind == "dflash":
+            if feature_head.kind == defaults.DFLASH:
                 lib.llama_set_causal_attn(self.ptr, feature_head.causal)
         self._capturing = False
         self.capture(bool(self.features))

@@ -134,7 +134,13 @@ LAYER_INPUT_ARCHS = (
     "muse-glimmer",
     "qwen4exp",
 )
-FEATURE_HEAD_NAMES = {"eagle3": "an EAGLE-3 head", "dflash": "a DFlash head"}
+FEATURE_HEAD_NAMES = {"eagle3": "EAGLE-3 head", "dflash": "DFlash head"}
+
+
+def a_feature_head(kind: str) -> str:
+    """ "an EAGLE-3 head", "a DFlash head": a head's kind as messages name it."""
+    name = FEATURE_HEAD_NAMES[kind]
+    return ("an " if name[0] in "AEIOU" else "a ") + name
 
 
 def feature_head(path: str | os.PathLike) -> str | None:
@@ -149,7 +155,7 @@ def require_feature_fit(target: str | os.PathLike, head: str | os.PathLike) -> s
     sees the pair (the layers it reads are checked once both are loaded: their ids are in arrays)."""
     meta, own = read_model_header(target).metadata, read_model_header(head).metadata
     kind = own.get("general.architecture")
-    what = FEATURE_HEAD_NAMES[kind]
+    what = a_feature_head(kind)
     arch = meta.get("general.architecture")
     if arch not in LAYER_INPUT_ARCHS:
         raise IncompatibleModelsError(

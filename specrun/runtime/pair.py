@@ -24,8 +24,8 @@ from ..engine.sequence import GenerationSettings, check_prediction_fits
 from ..errors import IncompatibleModelsError
 from ..models.compat import require_draftable
 from ..models.modelfile import (
-    FEATURE_HEAD_NAMES,
     UNCHAINED_HEADS,
+    a_feature_head,
     assists,
     check_gguf_file,
     feature_head,
@@ -95,7 +95,7 @@ def require_layers(target: Model, head: Model) -> None:
     layers = head.feature_head.layers
     if not layers or any(not 0 <= layer < target.n_layer for layer in layers):
         raise IncompatibleModelsError(
-            f"{head.path.name} is {FEATURE_HEAD_NAMES[head.arch]} that reads layers {list(layers)}, and "
+            f"{head.path.name} is {a_feature_head(head.arch)} that reads layers {list(layers)}, and "
             f"{target.path.name} has {target.n_layer}",
             "use the head published with this target",
         )
@@ -118,16 +118,11 @@ class Pair:
             self.assisted = assists(config.target, config.draft)
             if feature_head(config.draft):
                 self.feature_kind = require_feature_fit(config.target, config.draft)
+            if self.assisted or self.feature_kind:  # it reads the target's own rows: only its vocabulary will do
                 if require_draftable(Path(config.target), Path(config.draft)).drafting != "token":
                     raise IncompatibleModelsError(
                         f"{Path(config.draft).name} does not share the vocabulary of {Path(config.target).name}",
-                        "use the head published with this target",
-                    )
-            elif self.assisted:
-                if require_draftable(Path(config.target), Path(config.draft)).drafting != "token":
-                    raise IncompatibleModelsError(
-                        f"{Path(config.draft).name} does not share the vocabulary of {Path(config.target).name}",
-                        "use the assistant published with this target",
+                        f"use the {'assistant' if self.assisted else 'head'} published with this target",
                     )
             else:
                 self.drafting = require_draftable(Path(config.target), Path(config.draft)).drafting

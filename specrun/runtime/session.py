@@ -30,6 +30,7 @@ from ..engine.sequence import GenerationSettings
 from ..engine.step import Engine, Policy, Update
 from ..engine.verify import Verifier
 from ..errors import IncompatibleModelsError, InputError
+from ..models.modelfile import FEATURE_HEAD_NAMES, a_feature_head
 from . import cost_cache
 
 
@@ -63,10 +64,10 @@ def check_mode(mode: str, offer: Offer | None = None) -> None:
     if offer.drafters is None or needs in offer.drafters or needs == defaults.MODEL:
         return
     if needs in defaults.FEATURE_HEADS:
-        what = "an EAGLE-3" if needs == defaults.EAGLE3 else "a DFlash"
         raise InputError(
-            f"--spec {mode} drafts with {what} head given as --draft, and this session has none",
-            f"pass --draft {what.split()[-1]}-HEAD.gguf made for {offer.target}, or use --spec auto, ngram or draft",
+            f"--spec {mode} drafts with {a_feature_head(needs)} given as --draft, and this session has none",
+            f"pass --draft {FEATURE_HEAD_NAMES[needs].split()[0]}-HEAD.gguf made for {offer.target}, "
+            "or use --spec auto, ngram or draft",
         )
     if needs == defaults.MTP:
         raise IncompatibleModelsError(

@@ -203,7 +203,7 @@ def time_head(
     """Fastest seconds of a head pass over each number of rows, as `time_batches` times a model's
     passes: a head pass costs the same whatever hidden rows it is given, so zeros stand in."""
     spec = head.model.feature_head
-    if spec is not None and spec.kind == "dflash":
+    if spec is not None and spec.kind == defaults.DFLASH:
         return _time_blocks(head, tokens, sizes, reps, meter, seq)
     zeros = np.zeros(head.model.n_embd if spec is not None else head.model.n_embd_out, dtype=np.float32)
     if head.other is not None and spec is None:

@@ -101,14 +101,14 @@ def _finish(writer, path: Path) -> Path:
     return path
 
 
-def _common(writer, *, n_layer_all, context_length, n_embd, n_ff, n_head, n_head_kv, n_rot) -> None:
+def _common(writer, *, n_layer_all, context_length, n_embd, n_ff, n_head, n_head_kv, n_rot, eps=1e-6) -> None:
     writer.add_block_count(n_layer_all)
     writer.add_context_length(context_length)
     writer.add_embedding_length(n_embd)
     writer.add_feed_forward_length(n_ff)
     writer.add_head_count(n_head)
     writer.add_head_count_kv(n_head_kv)
-    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_layer_norm_rms_eps(eps)
     writer.add_rope_dimension_count(n_rot)
 
 

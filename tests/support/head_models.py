@@ -18,18 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from arch_models import _finish, _Weights, _writer
-
-
-def _head_common(writer, *, n_embd: int, n_ff: int, n_head: int, n_head_kv: int, n_layer: int, context_length: int):
-    writer.add_block_count(n_layer)
-    writer.add_context_length(context_length)
-    writer.add_embedding_length(n_embd)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head_kv)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_rope_dimension_count(n_embd // n_head)
+from arch_models import _common, _finish, _Weights, _writer
 
 
 def write_eagle3_gguf(
@@ -55,9 +44,8 @@ def write_eagle3_gguf(
     path = Path(path)
     n_embd = target_embd
     writer, _ = _writer(path, "eagle3", name, vocab, None)
-    _head_common(
-        writer, n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head, n_layer=1, context_length=context_length
-    )
+    shape = dict(n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head, n_rot=n_embd // n_head, eps=1e-5)
+    _common(writer, n_layer_all=1, context_length=context_length, **shape)
     writer.add_array("eagle3.target_layers", list(target_layers))
     writer.add_uint32("eagle3.target_hidden_size", target_embd)
     w = _Weights(writer, seed)
@@ -120,15 +108,8 @@ def write_dflash_gguf(
     embedding, output = own["token_embd.weight"].astype(np.float32), own["output.weight"].astype(np.float32)
     n_embd = embedding.shape[1]
     writer, _ = _writer(path, "dflash", name, vocab, None)
-    _head_common(
-        writer,
-        n_embd=n_embd,
-        n_ff=n_ff,
-        n_head=n_head,
-        n_head_kv=n_head,
-        n_layer=n_layer,
-        context_length=context_length,
-    )
+    shape = dict(n_embd=n_embd, n_ff=n_ff, n_head=n_head, n_head_kv=n_head, n_rot=n_embd // n_head, eps=1e-5)
+    _common(writer, n_layer_all=n_layer, context_length=context_length, **shape)
     writer.add_array("dflash.target_layers", list(target_layers))
     writer.add_uint32("dflash.block_size", block_size)
     writer.add_mask_token_id(mask_token)

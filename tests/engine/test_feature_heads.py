@@ -183,6 +183,7 @@ def test_the_head_keeps_only_the_target_rows_it_has_not_read(head_pair):
     assert all(row.shape == (width,) and np.isfinite(row).all() for row in kept.values())
 
 
+@pytest.mark.slow
 def test_a_head_refuses_a_target_it_cannot_read(heads, swa_target, tmp_path):
     """One line each, exit 3: a target whose architecture does not hand out its layer inputs, one
     of another width, one with fewer layers than the head reads; and a head mode without a head."""
@@ -341,6 +342,7 @@ def test_chat_drafts_with_the_head_turn_after_turn(heads):
 
 
 @pytest.mark.parametrize("kind", ["eagle3", "dflash"])
+@pytest.mark.slow
 def test_a_head_on_a_hybrid_target_gives_plain_decodings_text(hybrid_target, tmp_path, kind):
     """Qwen3.5/3.6 heads read hybrid targets, whose recurrent cache takes drafts back by
     snapshots: the layer inputs of a step's verification, and of its cut, still line up."""

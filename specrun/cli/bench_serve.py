@@ -30,6 +30,7 @@ from ..engine.llama import Context
 from ..engine.sequence import GenerationSettings
 from ..errors import InputError
 from ..models.fetch import Resolved
+from ..runtime import heap
 from ..runtime.pair import Pair
 from ..runtime.session import Session, check_mode
 from ..serve.scheduler import SCHEDULES
@@ -234,8 +235,7 @@ def _one_run(
     the burst; with the share of its threads' CPU time the process got meanwhile (the server is
     busy throughout a burst, so well under 1 means other processes took the rest)."""
     k_max = defaults.draft_max_for(mode, bench.draft_max)
-    draft = _points(calibration["draft_s"])
-    costs = DecodeCosts(_points(calibration["verify_s"]), (draft or {}).get(1), None, None, draft)
+    costs = _seeded_costs(calibration)
     options = ServeOptions(
         parallel=concurrency, queue=len(requests), schedule=schedule, mode=mode, draft_max=k_max, base=bench.base
     )
@@ -248,10 +248,12 @@ def _one_run(
                     f"warmup/{i}", "warmup", requests[0].prompt, requests[0].system, WARMUP_TOKENS, bench.seed
                 )
                 send(server.url, warm, temperature, variables=bench.variables)
+            heap.settle()  # as `specrun serve` does once it has loaded
             cpu_before = time.process_time()
             outcomes, makespan = burst(server.url, requests, temperature, variables=bench.variables)
             share = (time.process_time() - cpu_before) / (makespan * pair.threads) if makespan > 0 else None
         finally:
+            heap.release()
             server.stop()
     finally:
         service.close()
@@ -268,7 +270,16 @@ def _calibrate(pair: Pair, parallel: int) -> dict:
     return {
         "verify_s": {str(k): round(v, 6) for k, v in costs.verify_s.items()},
         "draft_s": {str(k): round(v, 6) for k, v in costs.draft_s.items()} if costs.draft_s else None,
+        "mtp_s": {str(k): round(v, 6) for k, v in costs.mtp_s.items()} if costs.mtp_s else None,
     }
+
+
+def _seeded_costs(calibration: dict) -> DecodeCosts:
+    """The costs a server starts from, as `specrun serve` would measure them: target passes, draft
+    passes and the head's passes."""
+    draft = _points(calibration["draft_s"])
+    head = _points(calibration.get("mtp_s"))
+    return DecodeCosts(_points(calibration["verify_s"]), (draft or {}).get(1), None, None, draft, head)
 
 
 def _points(points: dict | None) -> dict[int, float] | None:

@@ -11,6 +11,7 @@ import typer
 
 from .. import defaults
 from ..errors import EXIT_INTERRUPTED, InputError
+from ..runtime import heap
 from ..runtime.pair import Pair
 from ..runtime.session import Offer, check_mode
 from ..serve.scheduler import SCHEDULES
@@ -210,6 +211,7 @@ def serve(
                 base=base,
             )
             service = Service(loaded, options, warn=out.warn)
+            heap.settle()
             try:
                 enabled = ", ".join(DRAFTER_NAMES.get(name, name) for name in service.drafting) or "none"
                 out.warn(

@@ -184,3 +184,20 @@ def test_answers_that_differ_from_plain_decoding_are_judged_against_the_targets_
         pair.close()
     assert good["near_ties"] == 1 and "violations" not in good
     assert bad["violations"] == 1 and bad["findings"][0]["identity"]["violations"][0]["position"] == 5
+
+
+def test_the_servers_start_from_the_heads_pass_costs_too(feature_target, eagle3_head):
+    """Every server of the comparison is seeded with the head's pass costs as `specrun serve`
+    measures them: without them, auto takes the head for untried and explores it in every burst."""
+    from specrun.cli import bench_serve
+    from specrun.engine import compute_thread
+    from specrun.runtime.pair import Pair, PairConfig
+
+    pair = Pair(PairConfig(str(feature_target), str(eagle3_head), ctx_size=1024, threads=1))
+    try:
+        calibration = compute_thread.call(bench_serve._calibrate, pair, 2)
+    finally:
+        pair.close()
+    assert calibration["mtp_s"] and all(seconds > 0 for seconds in calibration["mtp_s"].values())
+    costs = bench_serve._seeded_costs(calibration)
+    assert costs.mtp_s == {int(rows): seconds for rows, seconds in calibration["mtp_s"].items()}

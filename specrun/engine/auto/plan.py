@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from ... import defaults
 from .cost_model import Costs
@@ -143,14 +144,16 @@ class _Plan:
 
 @dataclass
 class _Move:
-    """Lengthen the drafts of the first r of `ranked` (gain, sequence, option) from k0 to k0 + j tokens."""
+    """Lengthen the drafts of the first r of `ranked` (gain, sequence, option) from k0 to k0 + j
+    tokens of `drafter`: `gain` expected tokens more (its cost is worked out only for a move whose
+    gain could beat the best so far)."""
 
     ranked: list[tuple[float, int, Option]]
     r: int
     k0: int
     j: int
     gain: float
-    cost: float
+    drafter: str
 
 
 def _moves(plan: _Plan, candidates: Sequence[Candidate], max_rows: int) -> Iterator[_Move]:
@@ -162,18 +165,19 @@ def _moves(plan: _Plan, candidates: Sequence[Candidate], max_rows: int) -> Itera
         for option in cand.options:
             if current is None or option.drafter == current:
                 groups.setdefault((option.drafter, k0), []).append((cand, option))
+    first = itemgetter(0)
     for (drafter, k0), group in groups.items():
         room = {c.seq: min(c.k_max, len(o.acceptance)) - k0 for c, o in group}
         for j in range(1, max(room.values(), default=0) + 1):
             able = sorted(
-                ((plan.gain(o, k0, j), c.seq, o) for c, o in group if room[c.seq] >= j), key=lambda item: -item[0]
+                ((plan.gain(o, k0, j), c.seq, o) for c, o in group if room[c.seq] >= j), key=first, reverse=True
             )
             total = 0.0
             for r, (gain, _, _) in enumerate(able, start=1):
                 if plan.rows + r * j > max_rows:
                     break
                 total += gain
-                yield _Move(able, r, k0, j, total, plan.cost(drafter, r, k0, j))
+                yield _Move(able, r, k0, j, total, drafter)
 
 
 def allocate(
@@ -209,14 +213,17 @@ def allocate(
     free = [c for c in candidates if c.seq not in settled]
     while True:
         worth = max(value, plan.alloc.rate)
-        best, best_net = None, 1e-12
+        best, best_net, best_cost = None, 1e-12, 0.0
         for move in _moves(plan, free, max_rows):
-            net = move.gain - worth * move.cost
+            if move.gain <= best_net:
+                continue  # costs are never negative: it cannot beat the best
+            cost = plan.cost(move.drafter, move.r, move.k0, move.j)
+            net = move.gain - worth * cost
             if net > best_net:
-                best, best_net = move, net
+                best, best_net, best_cost = move, net, cost
         if best is None:
             return plan.alloc
-        plan.apply([(seq, option) for _, seq, option in best.ranked[: best.r]], best.k0, best.j, best.gain, best.cost)
+        plan.apply([(seq, option) for _, seq, option in best.ranked[: best.r]], best.k0, best.j, best.gain, best_cost)
 
 
 def fixed(

@@ -99,6 +99,7 @@ HYBRID_MIN_CONFIDENCE = 0.6  # hybrid: prompt lookup drafts when its first token
 # auto
 PROBE_EVERY = 16  # steps between probes of a drafter nobody uses; a failed probe doubles it
 PROBE_EVERY_MAX = 512
+SERVE_EXPLORE_SHARE = 0.03  # a server's tries of a head or draft model cost at most this share of its busy time
 HOPE_MARGIN = 1.2  # full acceptance never happens: a drafter must promise this much over plain to be tried
 CALIBRATION_SIZES = (1, 2, 3, 4, 5, 8, 9, 15, 16, 17, 31, 32, 47, 48, 63, 64)  # target batches timed: tile edges
 CALIBRATION_REPS = 3  # the fastest of three: a first pass builds its graph, a busy machine stalls any pass

@@ -116,6 +116,7 @@ class Service:
             options.mode, replace(options.base, draft_max=options.draft_max), fresh=True, track_costs=True
         )
         self.controller = policy.controller
+        self.controller.explore_share = defaults.SERVE_EXPLORE_SHARE
         # The drafters that may draft: under auto, not one whose measured cost can never pay.
         self.drafting = tuple(d for d in policy.drafters if not (policy.auto and self.controller.hopeless(d)))
         model = self.session.model_drafter

@@ -534,3 +534,38 @@ def test_a_warm_up_goes_to_the_sequence_with_least_to_catch_up():
     decision = controller.plan(asks, max_rows=512)
     assert decision.choice(1).drafter == "draft" and decision.choice(1).reason == "warmup"
     assert decision.choice(0).reason != "warmup"  # the other is weighed, catch-up and all
+
+
+def test_a_budgeted_warm_up_waits_until_the_busy_time_covers_its_catch_up():
+    """A server's controller tries a drafter whose cache must catch up only while its tries stay
+    within its share of the seconds stepped so far; without a budget it tries at once."""
+    from specrun.engine.auto.control import Ask, Controller
+
+    def warm_up(share, busy_s):
+        controller = Controller(["draft"], k_max=8, explore_share=share)
+        controller.seed({1: 0.01, 2: 0.0101, 4: 0.0102, 8: 0.0105}, {"draft": {1: 0.001}})
+        controller.busy_s = busy_s
+        decision = controller.plan([Ask(0, 8, 5000, catch_up_s={"draft": 0.05})], max_rows=512)
+        return decision.choice(0).reason == "warmup", controller.explore_s
+
+    assert warm_up(None, 0.0) == (True, 0.0)
+    assert warm_up(0.03, 1.0) == (False, 0.0)  # 30 ms of budget, a 50 ms catch-up
+    tried, spent = warm_up(0.03, 2.0)
+    assert tried and 0.05 < spent < 0.06  # the catch-up and the try's extra draft passes and rows
+
+
+def test_a_budgeted_switch_needs_room_for_its_catch_up_until_the_drafter_is_established():
+    """Under a budget, the plan may not move a sequence to a drafter whose cache lags when the
+    catch-up does not fit; once that drafter drafts for most sequences, its catch-ups are its price."""
+    from specrun.engine.auto.control import Ask, Controller
+
+    controller = Controller(["draft"], k_max=8, warmup_steps=0, explore_share=0.03)
+    controller.seed({1: 0.01, 2: 0.0101, 4: 0.0102, 8: 0.0105}, {"draft": {1: 0.0005}})
+    controller.busy_s = 1.0
+    ask = Ask(0, 8, 5000, catch_up_s={"draft": 0.05})
+    assert controller.plan([ask], max_rows=512).choice(0).drafter is None
+    assert controller.plan([Ask(1, 8, 5000)], max_rows=512).choice(1).drafter == "draft"  # caught up: free to use
+    for _ in range(20):
+        controller.plan([Ask(1, 8, 5000)], max_rows=512)
+    assert controller.established("draft")
+    assert controller.plan([ask], max_rows=512).choice(0).drafter == "draft"

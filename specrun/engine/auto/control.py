@@ -21,6 +21,8 @@ from .estimates import CalibratedCurve, DrafterEstimates, PositionRates
 from .plan import Allocation, Candidate, Grant, Option, allocate
 
 HOPE_MARGIN = defaults.HOPE_MARGIN
+ESTABLISHED_SHARE = 0.5  # a drafter drafting for this share of recent sequence-steps has shown it pays
+USE_DECAY = 0.98  # per step, for that share: about the last fifty steps
 EXPLORE_ODDS = 0.5  # the chance an untried drafter turns out as good as it could be, when weighing a try
 VALUE_ROUNDS = 3  # plans made to find the value of time a step can reach (see _allocate)
 LEARNED_WEIGHT = 8.0  # trials an earlier run's acceptance counts for: a prior, not a verdict
@@ -130,6 +132,7 @@ class Controller:
         cost_decay: float = 0.9,
         rate_decay: float = 0.98,
         drafter_k_max: Mapping[str, int] | None = None,
+        explore_share: float | None = None,
     ):
         if k_max < 1:
             raise ValueError("k_max must be at least 1")
@@ -162,6 +165,13 @@ class Controller:
         self._recent_tokens = 0.0  # decayed tokens and seconds of recent steps: the achieved rate
         self._recent_seconds = 0.0
         self.drift: CostDrift | None = None  # are the seeded costs this machine's? (see drift.py)
+        # Exploration's budget, when it has one: tries of drafters that run passes (warm-ups,
+        # probes) may cost at most this share of the seconds stepped so far (see `affords`).
+        self.explore_share = explore_share
+        self.busy_s = 0.0
+        self.explore_s = 0.0
+        self._chosen: dict[str, float] = {}  # decayed count of sequence-steps each drafter drafted as the best choice
+        self._decoded = 0.0  # and of all sequence-steps
 
     def seed(
         self,
@@ -309,12 +319,30 @@ class Controller:
         ceiling, plain = self.ceiling(drafter), self.plain_rate()
         if remaining is None or ceiling is None or plain is None:
             return True
-        track = self.tracks[drafter]
-        k = self.probe_k if track.steps >= self.warmup_steps else self.k_start
-        costs = self.costs()
-        extra = steps * (costs.step_seconds(k, drafter) - costs.plain_s) + catch_up_s
         saving = EXPLORE_ODDS * remaining * (1.0 / plain - 1.0 / ceiling)
-        return saving > extra
+        return saving > self.try_seconds(drafter, steps, catch_up_s)
+
+    def try_seconds(self, drafter: str, steps: int = 1, catch_up_s: float = 0.0) -> float:
+        """What trying `drafter` for `steps` steps costs over plain ones: its steps' extra seconds
+        at the K a try uses, and the catch-up its cache needs first (costs unknown: the catch-up)."""
+        if drafter not in self.tracks or not self._known(drafter) or not self.verify:
+            return catch_up_s
+        k = self.probe_k if self.tracks[drafter].steps >= self.warmup_steps else self.k_start
+        costs = self.costs()
+        return max(0.0, steps * (costs.step_seconds(k, drafter) - costs.plain_s)) + catch_up_s
+
+    def affords(self, drafter: str, catch_up_s: float = 0.0) -> bool:
+        """Whether exploration's budget has room for one try of `drafter`. Without a budget, or for
+        a drafter that runs no passes (its proposals cost next to nothing), always. A server sets
+        one: a try of a head or a draft model first reads the sequence's whole history, and in a
+        server of short bursts those catch-ups cost more than the drafter could win back."""
+        if self.explore_share is None or drafter not in self.passes:
+            return True
+        return self.explore_s + self.try_seconds(drafter, 1, catch_up_s) <= self.explore_share * self.busy_s
+
+    def _charge(self, drafter: str, catch_up_s: float, steps: int = 1) -> None:
+        if self.explore_share is not None and drafter in self.passes:
+            self.explore_s += self.try_seconds(drafter, steps, catch_up_s)
 
     def catch_up_seconds(self, drafter: str, behind: int) -> float:
         """Seconds `drafter` needs to read `behind` tokens it missed before it can draft (its
@@ -394,8 +422,26 @@ class Controller:
         for ask in asks:
             drafter, k = alloc.drafter(ask.seq), alloc.k(ask.seq)
             decision.choices[ask.seq] = Choice(drafter, k, reasons.get(ask.seq, "best")) if drafter and k else PLAIN
+            if drafter and k and ask.seq not in reasons and not self.established(drafter):
+                self._charge(drafter, ask.catch_up_s.get(drafter, 0.0), steps=0)
         self._probe(asks, decision, alloc, max_rows - base_rows)
         return self._record(decision)
+
+    def established(self, drafter: str) -> bool:
+        """Whether `drafter` drafts for at least ESTABLISHED_SHARE of the sequences decoded lately:
+        its catch-ups are then the price of a drafter that pays, not a bet on one that might."""
+        chosen = self._chosen.get(drafter, 0.0)
+        return chosen > 0 and chosen >= ESTABLISHED_SHARE * self._decoded
+
+    def _affords_catch_up(self, ask: Ask, drafter: str) -> bool:
+        """Under an exploration budget, a drafter not yet established may switch a sequence whose
+        cache for it lags only while the budget has room for the catch-up: the plan weighs one
+        step, and a catch-up it judged worth it on one sequence's rates does not always pay in a
+        batch, where draft rows cost more."""
+        catch_up = ask.catch_up_s.get(drafter, 0.0)
+        if not catch_up or self.explore_share is None or self.established(drafter):
+            return True
+        return self.explore_s + catch_up <= self.explore_share * self.busy_s
 
     def _cap(self, name: str, ask: Ask) -> int:
         """The most tokens `name` may draft for `ask` this step."""
@@ -426,7 +472,7 @@ class Controller:
             if name in ask.in_hand:
                 if ask.in_hand[name]:
                     options.append(Option(name, list(ask.in_hand[name])))
-            elif self._known(name) and self._repays_catch_up(name, ask):
+            elif self._known(name) and self._repays_catch_up(name, ask) and self._affords_catch_up(ask, name):
                 options.append(Option(name, reachable(self.acceptance(name, ask.own.get(name), self._cap(name, ask)))))
         return options
 
@@ -453,13 +499,14 @@ class Controller:
                         taken.add(ask.seq)
                         break
                     continue
+                catch_up = ask.catch_up_s.get(name, 0.0)
                 if (
                     track.steps < self.warmup_steps
                     and not self.hopeless(name)
-                    and self.worth_exploring(
-                        name, self.warmup_steps - track.steps, ask.remaining, ask.catch_up_s.get(name, 0.0)
-                    )
+                    and self.worth_exploring(name, self.warmup_steps - track.steps, ask.remaining, catch_up)
+                    and self.affords(name, catch_up)
                 ):
+                    self._charge(name, catch_up)
                     option = Option(name, self.acceptance(name, ask.own.get(name), self._cap(name, ask)))
                     grants.append((Grant(ask.seq, option, min(self.k_start, self._cap(name, ask))), "warmup"))
                     taken.add(ask.seq)
@@ -491,20 +538,28 @@ class Controller:
                 ):
                     continue
                 k = min(self.probe_k, self._cap(name, ask))
+                catch_up = ask.catch_up_s.get(name, 0.0)
                 if (
                     k <= 0
                     or rows - current.k + k > max_rows
-                    or not self.worth_exploring(name, 1, ask.remaining, ask.catch_up_s.get(name, 0.0))
+                    or not self.worth_exploring(name, 1, ask.remaining, catch_up)
+                    or not self.affords(name, catch_up)
                 ):
                     continue
+                self._charge(name, catch_up)
                 decision.choices[ask.seq] = Choice(name, k, "probe")
                 rows += k - current.k
                 break
 
     def _record(self, decision: Decision) -> Decision:
+        for name in self._chosen:
+            self._chosen[name] *= USE_DECAY
+        self._decoded = USE_DECAY * self._decoded + len(decision.choices)
         for choice in decision.choices.values():
             self.choices[(choice.drafter, choice.k)] += 1
             self.reasons[choice.reason] += 1
+            if choice.drafter is not None and choice.reason == "best":
+                self._chosen[choice.drafter] = self._chosen.get(choice.drafter, 0.0) + 1
             if choice.reason != "probe":
                 self._current = choice
         return decision
@@ -535,6 +590,7 @@ class Controller:
                 curve.add(n, seconds)
         self._recent_tokens = self.rate_decay * self._recent_tokens + sum(o.accepted + 1 for o in outcomes)
         self._recent_seconds = self.rate_decay * self._recent_seconds + draft_s + verify_s
+        self.busy_s += draft_s + verify_s
         plain_is_best = self._current is None or self._current.drafter is None
         for outcome in outcomes:
             choice = outcome.choice

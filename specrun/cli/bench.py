@@ -36,6 +36,7 @@ from ..bench.runner import (
 )
 from ..errors import InputError
 from ..models.modelfile import feature_head, is_assistant
+from ..runtime import heap
 from ..runtime.chat_format import thinking_variables
 from ..terminal import Output, progress_display
 from . import options as opt
@@ -340,6 +341,7 @@ def bench(
     out.note(f"specrun: {loaded.placement.describe()}")
     try:
         engine = PairEngine(loaded, chat=chat, fresh=fresh, variables=thinking_variables(think))
+        heap.settle()  # no full collection in the middle of a timed run
         env = environment(loaded, load_average_start=load_start)
         with progress_display(out.err, unit="steps", quiet=out.quiet) as progress:
             result = run_bench(

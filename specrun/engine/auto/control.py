@@ -156,6 +156,7 @@ class Controller:
         self.next_probe: dict[str, int] = {}
         self._profiles: dict[str, list[tuple[float, float]] | None] = {}  # until the next observation
         self._costs: Costs | None = None  # likewise
+        self._step_s: dict[str, list[float]] = {}  # likewise
         for name in drafter_names:
             self._track(name)
         self.steps = 0
@@ -214,12 +215,16 @@ class Controller:
         """Costs or estimates changed: what was computed from them is computed again when asked.
         A step weighs every K of every drafter, so it reads the curves once per observation."""
         self._profiles.clear()
+        self._step_s.clear()
         self._costs = None
 
     def _step_costs(self, drafter: str) -> list[float]:
-        """Seconds of one sequence's step drafting m tokens with `drafter`, for m = 0..k_max."""
-        costs = self.costs()
-        return [costs.step_seconds(m, drafter) for m in range(self.k_max + 1)]
+        """Seconds of one sequence's step drafting m tokens with `drafter`, for m = 0..k_max (read
+        once per observation: the ceiling, hopelessness and exploration's worth all ask)."""
+        if drafter not in self._step_s:
+            costs = self.costs()
+            self._step_s[drafter] = [costs.step_seconds(m, drafter) for m in range(self.k_max + 1)]
+        return self._step_s[drafter]
 
     def _track(self, name: str) -> DrafterEstimates:
         if name not in self.tracks:
@@ -472,7 +477,7 @@ class Controller:
             if name in ask.in_hand:
                 if ask.in_hand[name]:
                     options.append(Option(name, list(ask.in_hand[name])))
-            elif self._known(name) and self._repays_catch_up(name, ask) and self._affords_catch_up(ask, name):
+            elif self._known(name) and self._affords_catch_up(ask, name) and self._repays_catch_up(name, ask):
                 options.append(Option(name, reachable(self.acceptance(name, ask.own.get(name), self._cap(name, ask)))))
         return options
 

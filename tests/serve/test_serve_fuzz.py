@@ -22,7 +22,7 @@ import requests
 from serve_helpers import FLAT_COSTS, WAIT, load_pair, served
 
 schemathesis = pytest.importorskip("schemathesis")
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402 - after the skip: hypothesis comes with schemathesis
+from hypothesis import HealthCheck, Phase, example, given, settings  # noqa: E402 - after the skip: hypothesis comes with schemathesis
 from hypothesis import strategies as st  # noqa: E402
 
 CTX = 64
@@ -272,6 +272,31 @@ CHOICES = st.one_of(
     st.sampled_from(["none", "auto", "required"]),
     TOOL_NAMES.map(lambda name: {"type": "function", "function": {"name": name}}),
 )
+# A required call whose arguments the grammar all but forces, short enough for the small context
+# (the fixture's tokens are bytes): a validated call is always among the outcomes, whatever else
+# the generated requests bring.
+REQUIRED_CALL = {
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"u": {"enum": ["c", "f"]}},
+                    "required": ["u"],
+                    "additionalProperties": False,
+                },
+            },
+        }
+    ],
+    "tool_choice": "required",
+    "parallel_tool_calls": False,
+    "max_tokens": 40,
+    "temperature": 0,
+    "seed": 0,
+    "stream": False,
+}
 TOOL_REQUESTS = st.fixed_dictionaries(
     {
         "tools": TOOLS,
@@ -321,6 +346,7 @@ def test_generated_tool_requests_are_never_a_5xx_and_required_calls_validate(pai
             suppress_health_check=list(HealthCheck),
         )
         @given(request=TOOL_REQUESTS)
+        @example(request=REQUIRED_CALL)
         def answered(request) -> None:
             body = {k: v for k, v in request.items() if v is not None} | {
                 "messages": [{"role": "user", "content": "hi"}]

@@ -21,6 +21,7 @@ from .estimates import CalibratedCurve, DrafterEstimates, PositionRates
 from .plan import Allocation, Candidate, Grant, Option, allocate
 
 HOPE_MARGIN = defaults.HOPE_MARGIN
+WEIGH_AGAIN = 8  # steps a loser's verdict stands while it is not used (its use judges it again at once)
 ESTABLISHED_SHARE = 0.5  # a drafter drafting for this share of recent sequence-steps has shown it pays
 USE_DECAY = 0.98  # per step, for that share: about the last fifty steps
 EXPLORE_ODDS = 0.5  # the chance an untried drafter turns out as good as it could be, when weighing a try
@@ -157,6 +158,9 @@ class Controller:
         self._profiles: dict[str, list[tuple[float, float]] | None] = {}  # until the next observation
         self._costs: Costs | None = None  # likewise
         self._step_s: dict[str, list[float]] = {}  # likewise
+        # Per drafter: whether `weighs` found it worth weighing, its steps then, and the step it was
+        # judged: costs drift slowly, and its profile is its own pass over every K.
+        self._weighed: dict[str, tuple[int, int, bool]] = {}
         for name in drafter_names:
             self._track(name)
         self.steps = 0
@@ -463,8 +467,14 @@ class Controller:
             return True
         if self.steps >= self.next_probe.get(drafter, 0):
             return True
+        tried = self.tracks[drafter].steps
+        kept = self._weighed.get(drafter)
+        if kept is not None and kept[0] == tried and self.steps - kept[1] < WEIGH_AGAIN:
+            return kept[2]
         best, plain = self.best_rate(drafter), self.plain_rate()
-        return best is None or plain is None or best >= plain
+        verdict = best is None or plain is None or best >= plain
+        self._weighed[drafter] = (tried, self.steps, verdict)
+        return verdict
 
     def _options(self, ask: Ask) -> list[Option]:
         """The ways `ask` could draft this step: a proposal in hand, or a drafter judged on its

@@ -112,7 +112,9 @@ class Controller:
     than any tried borrow the drafter's pooled rate, so K grows while acceptance holds up, and a
     sudden change of acceptance drops the drafter's history (see DrafterEstimates), so K follows
     within a few steps. A drafter whose ceiling (its rate at full acceptance) cannot beat plain
-    decoding by HOPE_MARGIN is neither warmed up nor probed.
+    decoding by HOPE_MARGIN is neither warmed up nor probed. With `explore_share` (a server sets
+    it), the tries of a drafter that runs passes, and the catch-ups of one not yet drafting for
+    ESTABLISHED_SHARE of the sequences, together cost at most that share of the seconds stepped.
 
     A drafter that proposes before every step (prompt lookup: its proposal is in the Ask's
     `in_hand`) is judged on that proposal, not on its averages, and never warmed up or probed.

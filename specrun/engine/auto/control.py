@@ -342,18 +342,20 @@ class Controller:
         costs = self.costs()
         return max(0.0, steps * (costs.step_seconds(k, drafter) - costs.plain_s)) + catch_up_s
 
-    def affords(self, drafter: str, catch_up_s: float = 0.0) -> bool:
-        """Whether exploration's budget has room for one try of `drafter`. Without a budget, or for
-        a drafter that runs no passes (its proposals cost next to nothing), always. A server sets
-        one: a try of a head or a draft model first reads the sequence's whole history, and in a
-        server of short bursts those catch-ups cost more than the drafter could win back."""
+    def affords(self, drafter: str, seconds: float) -> bool:
+        """Whether exploration's budget has room for `seconds` more spent on `drafter`. Without a
+        budget, or for a drafter that runs no passes (its proposals cost next to nothing), always.
+        A server sets one: a try of a head or a draft model first reads the sequence's whole
+        history, and in a server of short bursts those catch-ups cost more than the drafter could
+        win back."""
         if self.explore_share is None or drafter not in self.passes:
             return True
-        return self.explore_s + self.try_seconds(drafter, 1, catch_up_s) <= self.explore_share * self.busy_s
+        return self.explore_s + seconds <= self.explore_share * self.busy_s
 
-    def _charge(self, drafter: str, catch_up_s: float, steps: int = 1) -> None:
+    def _charge(self, drafter: str, seconds: float) -> None:
+        """Take `seconds` spent on `drafter` from the budget `affords` consults."""
         if self.explore_share is not None and drafter in self.passes:
-            self.explore_s += self.try_seconds(drafter, steps, catch_up_s)
+            self.explore_s += seconds
 
     def catch_up_seconds(self, drafter: str, behind: int) -> float:
         """Seconds `drafter` needs to read `behind` tokens it missed before it can draft (its
@@ -434,7 +436,7 @@ class Controller:
             drafter, k = alloc.drafter(ask.seq), alloc.k(ask.seq)
             decision.choices[ask.seq] = Choice(drafter, k, reasons.get(ask.seq, "best")) if drafter and k else PLAIN
             if drafter and k and ask.seq not in reasons and not self.established(drafter):
-                self._charge(drafter, ask.catch_up_s.get(drafter, 0.0), steps=0)
+                self._charge(drafter, ask.catch_up_s.get(drafter, 0.0))
         self._probe(asks, decision, alloc, max_rows - base_rows)
         return self._record(decision)
 
@@ -450,9 +452,7 @@ class Controller:
         step, and a catch-up it judged worth it on one sequence's rates does not always pay in a
         batch, where draft rows cost more."""
         catch_up = ask.catch_up_s.get(drafter, 0.0)
-        if not catch_up or self.explore_share is None or self.established(drafter):
-            return True
-        return self.explore_s + catch_up <= self.explore_share * self.busy_s
+        return not catch_up or self.established(drafter) or self.affords(drafter, catch_up)
 
     def _cap(self, name: str, ask: Ask) -> int:
         """The most tokens `name` may draft for `ask` this step."""
@@ -521,9 +521,9 @@ class Controller:
                     track.steps < self.warmup_steps
                     and not self.hopeless(name)
                     and self.worth_exploring(name, self.warmup_steps - track.steps, ask.remaining, catch_up)
-                    and self.affords(name, catch_up)
+                    and self.affords(name, tried := self.try_seconds(name, 1, catch_up))
                 ):
-                    self._charge(name, catch_up)
+                    self._charge(name, tried)
                     option = Option(name, self.acceptance(name, ask.own.get(name), self._cap(name, ask)))
                     grants.append((Grant(ask.seq, option, min(self.k_start, self._cap(name, ask))), "warmup"))
                     taken.add(ask.seq)
@@ -560,10 +560,10 @@ class Controller:
                     k <= 0
                     or rows - current.k + k > max_rows
                     or not self.worth_exploring(name, 1, ask.remaining, catch_up)
-                    or not self.affords(name, catch_up)
+                    or not self.affords(name, tried := self.try_seconds(name, 1, catch_up))
                 ):
                     continue
-                self._charge(name, catch_up)
+                self._charge(name, tried)
                 decision.choices[ask.seq] = Choice(name, k, "probe")
                 rows += k - current.k
                 break

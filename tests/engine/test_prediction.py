@@ -37,10 +37,23 @@ def test_an_insertion_or_a_deletion_is_followed_past():
     assert proposal([10, 11, 12, 88, 14]) == list(range(15, 23))  # 13 replaced by 88
 
 
-def test_an_answer_that_opens_with_other_text_finds_the_prediction_where_it_starts_copying():
-    opened = proposal([5, 6, 7, 10, 11])  # trusted as far as the answer has copied so far
-    assert opened and opened == list(range(12, 12 + len(opened)))
-    assert proposal([5, 6, 7, *range(10, 20)]) == list(range(20, 28))  # and further as it copies on
+def test_an_answer_that_opens_with_other_text_is_trusted_once_it_writes_the_predictions_first_token():
+    assert proposal([5, 6, 7, 10]) == list(range(11, 19))  # a fence, then the prediction's start
+    assert proposal([5, 6, 7, *range(10, 20)]) == list(range(20, 28))
+
+
+def test_the_opening_is_judged_step_by_step_as_an_answer_is_written():
+    state = Prediction(PREDICTED, len(PROMPT), TUNING)
+    answer = []
+    for token in (5, 6, 7, 10):  # one token a step, as plain decoding writes them
+        answer.append(token)
+        drafted = state.propose(PROMPT + answer, 8)
+    assert drafted.tokens == list(range(11, 19)) and drafted.confidence[0] >= 0.7
+
+
+def test_a_copy_begun_inside_the_prediction_is_still_trusted_only_as_far_as_it_has_run():
+    opened = proposal([5, 6, 7, 30, 31])
+    assert opened and opened == list(range(32, 32 + len(opened))) and len(opened) < 8
 
 
 def test_no_draft_runs_past_the_prediction():

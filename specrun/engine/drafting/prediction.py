@@ -3,8 +3,10 @@
 The prediction is followed like a copy prompt lookup found: a PromptLookup indexes the prediction
 followed by the answer so far, and its copy cursor starts at the prediction's first token, keeps
 its place token by token, finds it again after an insertion or deletion (near where the copy broke
-off, nearest ahead first) and repeats the replacements it has seen. Its proposals are
-deterministic, so they are verified by the point-mass rule and the answer's distribution is the
+off, nearest ahead first) and repeats the replacements it has seen. An answer that opens with
+other text (a code fence, a sentence) and then writes the prediction's first tokens has started
+the copy the prediction announced: it is trusted from there as one that began at the first token.
+Its proposals are deterministic, so they are verified by the point-mass rule and the answer's distribution is the
 target's at every temperature.
 """
 
@@ -19,6 +21,7 @@ from .protocol import Draft, DraftRequest, DraftTuning, Proposals, Sources
 
 SEPARATOR = -1  # before and after the prediction: never a token, so no draft runs past its end
 START_RUN = 8  # a prediction is trusted at first as a copy that has run this many tokens
+OPENING_MAX = 32  # answer tokens before the prediction's first that may still be an opening
 
 
 class Prediction:
@@ -37,6 +40,7 @@ class Prediction:
         # as prompt lookup's copies are: trusting a whole window of copying up front kept long
         # drafts going through dense edits (a rename on every line) that prompt lookup cut short.
         cursor.copy_share, cursor.followed = 1.0, 1
+        self.started = False  # the answer has written the prediction's first tokens
 
     def history(self, history: Sequence[int]) -> list[int]:
         """What the lookup indexes: the prediction, then the answer so far."""
@@ -46,10 +50,29 @@ class Prediction:
         self.lookup.feedback(drafted, accepted)
 
     def propose(self, history: Sequence[int], k: int):
-        draft = self.lookup.propose(self.history(history), k)
+        self.lookup.observe(self.history(history))
+        if not self.started:
+            self._start(history[self.n_prompt :])
+        draft = self.lookup.draft(k)
         if SEPARATOR in draft.tokens:
             draft = draft.cut(draft.tokens.index(SEPARATOR))
         return draft
+
+    def _start(self, answer: Sequence[int]) -> None:
+        """Place the copy after the answer's tokens that begin the prediction, once they are its
+        latest: the opening before them (a fence, a sentence) says nothing about how well the
+        prediction holds, so the copy is trusted as at the start, not judged by the opening."""
+        predicted = self.prefix[1:-1]
+        longest = min(len(answer), len(predicted))
+        begun = next((j for j in range(longest, 0, -1) if list(answer[-j:]) == predicted[:j]), 0)
+        if begun == 0:
+            self.started = len(answer) > OPENING_MAX
+            return
+        self.started = True
+        cursor = self.lookup.cursor
+        cursor.reset(cursor.seen)
+        cursor.pos, cursor.run, cursor.found_near = 1 + begun, START_RUN + begun, True
+        cursor.copy_share, cursor.followed = 1.0, 1
 
 
 class PredictionDrafter(AheadDrafter):

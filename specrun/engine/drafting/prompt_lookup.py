@@ -118,11 +118,20 @@ class PromptLookup:
         return kind, _run_bucket(n + position - 1)
 
     def propose(self, history: Sequence[int], k: int) -> Draft:
+        self.observe(history)
+        return self.draft(k)
+
+    def observe(self, history: Sequence[int]) -> None:
+        """Take in the history's new tokens: the index, the copy cursor and the outcomes of
+        proposals that got no feedback."""
         keep = self.index.sync(history)
         if self.cursor is not None:
             self.cursor.follow(keep)
         self._follow_watched(keep)
         self._check_unused(keep)
+
+    def draft(self, k: int) -> Draft:
+        """Up to k tokens from the history observed last."""
         if k <= 0:
             return Draft()
         out, evidence = self._copy(k) or self._match(k) or ([], None)

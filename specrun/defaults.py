@@ -17,6 +17,7 @@ MODEL = "draft"
 TEXT = "text"  # a draft model of another vocabulary, drafting through text
 MTP = "mtp"  # the target's own multi-token-prediction (nextn) heads, or a Gemma 4 assistant
 PREDICTION = "prediction"  # a request's predicted output (OpenAI's `prediction`, `run --predict`)
+VALUES = "values"  # a constrained answer's values copied from its prompt, closed as the constraint requires
 EAGLE3 = "eagle3"  # an EAGLE-3 head: one decoder layer on three of the target's layer inputs
 DFLASH = "dflash"  # a DFlash head: a block of drafts per pass from the target's layer inputs
 FEATURE_HEADS = (EAGLE3, DFLASH)  # heads given as the draft that read the target's layer inputs

@@ -88,6 +88,17 @@ class Matcher:
         """The tokens that must come next whatever the model prefers (keys, brackets, an enum's tail)."""
         return list(self._matcher.compute_ff_tokens())
 
+    def forced_text(self) -> bytes:
+        """The text that must come next (what `forced` tokenizes, and the rest a single token cannot)."""
+        return bytes(self._matcher.compute_ff_bytes())
+
+    def tokenize(self, text: bytes) -> list[int]:
+        """`text` as the vocabulary tokenizes it alone."""
+        return list(self._tokenizer.tokenize_bytes(text))
+
+    def decode(self, tokens: Sequence[int]) -> bytes:
+        return bytes(self._tokenizer.decode_bytes([int(t) for t in tokens]))
+
     def lead(self) -> tuple[list[int], list[int]]:
         """What comes next: the tokens that must (`forced`), then the likely tokens of the text
         that must follow them but that more than one tokenization could write (a key's closing

@@ -520,7 +520,7 @@ class Engine:
         ahead = [d for d in self._active if d.ahead]
         if ahead:
             asked = [
-                DraftRequest(s.seq, _after(s, leads), k, s.sampling, s.rng)
+                DraftRequest(s.seq, _after(s, leads), k, s.sampling, s.rng, _guide(s, leads))
                 for s in decoding
                 if (k := k_maxes[s.seq]) > 0
             ]

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from . import assistant, dflash, eagle3, lookup, model, mtp, prediction, text
+from . import assistant, dflash, eagle3, lookup, model, mtp, prediction, text, values
 from .protocol import Drafter, Sources
 
 REGISTRY: tuple[Callable[[Sources], Drafter | None], ...] = (
     lookup.build,  # prompt lookup: every session
     prediction.build,  # a request's predicted output: every session
+    values.build,  # a constrained answer's values copied from its prompt: every session
     model.build,  # a draft model of the target's vocabulary
     text.build,  # a draft model of another vocabulary, drafting through text
     mtp.build,  # the target's own multi-token-prediction heads

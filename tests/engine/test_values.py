@@ -61,6 +61,24 @@ def test_a_number_stops_at_its_last_digit_and_is_closed_by_a_comma(model):
     assert propose(model, '{"people":[{"name":"Ann Lee","age":3')[0] == '4,"role":"'
 
 
+def test_the_closing_is_drafted_only_with_a_first_token_the_answer_has_written(model):
+    prompt = tokens(model, PARAGRAPH)
+    guide = Matcher(constraint.json_schema(PEOPLE), model)
+    guide.consume(guide.tokenize(b'{"people":[{"name":"Ann'))
+    state = ValueCopy(prompt)
+    state.text = PARAGRAPH.encode()
+    end = PARAGRAPH.index("Ann") + 3
+    assert guide.decode(state._continuation(end, b"Ann", guide)) == b" Lee"  # no closing written yet
+    state.seen = guide.tokenize(b'"')
+    assert guide.decode(state._continuation(end, b"Ann", guide)) == b' Lee","age":'
+
+
+def test_a_string_stops_at_as_many_words_as_the_keys_longest_finished_value(model):
+    answer = '{"people":[{"name":"Ann","age":34,"role":"x"},{"name":"Bo'
+    assert propose(model, answer)[0] == '","age":'  # names here are one word: this one is written
+    assert propose(model, '{"people":[{"name":"Bo')[0].startswith(" Chan is 29")  # no name finished: to the delimiter
+
+
 def test_a_value_is_found_where_it_starts_a_word_after_the_last_value_found(model):
     _, state = propose(model, '{"people":[{"name":"Bo')
     assert state.found_at == PARAGRAPH.index("Bo Chan")

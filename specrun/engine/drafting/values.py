@@ -9,13 +9,17 @@ last quote, colon, comma or bracket), finds it in the prompt (at the start of a 
 after where the last value was found: values are usually listed in the prompt's order), copies
 the prompt's text up to the next delimiter, closes the value with the first of `"`, `,`, `}`, `]`
 the constraint accepts there, and adds what the constraint then forces (the next key). The
-text is tokenized as the vocabulary tokenizes it alone and cut where the constraint refuses.
+text is tokenized as the vocabulary tokenizes it alone and cut where the constraint refuses. A
+model may close a value with other tokens than that (`",` then `"owner`, not `","`): the closing
+is drafted only with a first token this answer has already written, else the draft stops at the
+value's end and the target writes the closing itself.
 Its proposals are deterministic (the point-mass rule keeps sampling exact), and each carries
 the acceptance this sequence's earlier proposals had.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ... import defaults
@@ -29,6 +33,9 @@ DELIMITERS = b',;()\n"'  # where a value copied from the prompt ends
 NUMBER = b"0123456789.eE+-"
 CLOSERS = (b'"', b",", b"}", b"]")  # tried in order after the copied text: the first one allowed closes it
 VALUE_MAX = 96  # bytes copied at most
+KEY_MAX = 256  # bytes before a value its key is looked for in
+KEY_BEFORE = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*"?\Z')  # the key a value is written under
+FINISHED_VALUE = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*"((?:[^"\\]|\\.)*)"')  # a key's finished string value
 FIRST_PRIOR = 0.6  # acceptance of a proposal's first token, before any outcome
 REST_PRIOR = 0.9  # of a token after an accepted one
 PRIOR_WEIGHT = 4.0
@@ -95,13 +102,13 @@ class ValueCopy:
         if self.text is None:
             self.text = guide.decode(self.prompt)
         self._read_answer(history, guide)
-        value = self._value()
+        value, key = self._value()
         if not value:
             return Draft()
         at = self._find(value)
         if at < 0:
             return Draft()
-        tokens = self._continuation(at + len(value), value, guide)[:k]
+        tokens = self._continuation(at + len(value), value, guide, self._most_words(key))[:k]
         if not tokens:
             return Draft()
         self.found_at = at
@@ -121,12 +128,29 @@ class ValueCopy:
             self.seen.append(token)
             self.ends.append(len(self.answer))
 
-    def _value(self) -> bytes:
-        """The value the answer is writing: its text after the last quote, colon, comma or bracket."""
+    def _value(self) -> tuple[bytes, bytes | None]:
+        """The value the answer is writing (its text after the last quote, colon, comma or
+        bracket), and the key it is written under (None: not a key's value)."""
         answer = self.answer
         start = max(answer.rfind(b) for b in (bytes([c]) for c in VALUE_STARTS)) + 1
         value = bytes(answer[start:])
-        return value if value.strip() else b""
+        if not value.strip():
+            return b"", None
+        key = KEY_BEFORE.search(answer, max(0, start - KEY_MAX), start)
+        return value, (key.group(1) if key else None)
+
+    def _most_words(self, key: bytes | None) -> int | None:
+        """The most words a finished value of `key` has had in this answer (None: none finished):
+        a field's values run to similar lengths, and a copy from prose runs on past a short one
+        (`Rosa` in `Rosa will fix the backup job`)."""
+        if key is None:
+            return None
+        most = None
+        for match in FINISHED_VALUE.finditer(self.answer):
+            if match.group(1) == key:
+                words = len(match.group(2).split())
+                most = words if most is None else max(most, words)
+        return most
 
     def _find(self, value: bytes) -> int:
         """Where `value` starts a word in the prompt: first from the last value found on, else from
@@ -140,10 +164,10 @@ class ValueCopy:
                 at = text.find(value, at + 1)
         return -1
 
-    def _continuation(self, end: int, value: bytes, guide: Matcher) -> list[int]:
-        """The prompt's text after the value up to a delimiter (a number stops at its last digit),
-        the closer the constraint accepts after it and the text it then forces, as tokens the
-        constraint accepts."""
+    def _continuation(self, end: int, value: bytes, guide: Matcher, most_words: int | None = None) -> list[int]:
+        """The prompt's text after the value up to a delimiter (a number stops at its last digit;
+        a string at `most_words` words, where known), the closer the constraint accepts after it
+        and the text it then forces, as tokens the constraint accepts."""
         text = self.text
         numeric = all(c in NUMBER for c in value)
         stop = end
@@ -157,6 +181,8 @@ class ValueCopy:
         copied = text[end:stop].rstrip()
         if numeric:
             copied = copied.rstrip(b".")
+        elif most_words is not None:
+            copied = _within_words(value, copied, most_words)
         body = guide.tokenize(copied) if copied else []
         if guide.valid_prefix(body) < len(body):
             return body[: guide.valid_prefix(body)]
@@ -166,8 +192,26 @@ class ValueCopy:
             if after.valid_prefix(close) == len(close):
                 closed = after.fork(close)
                 draft = guide.tokenize(copied + closer + closed.forced_text())
-                return draft[: guide.valid_prefix(draft)]
+                draft = draft[: guide.valid_prefix(draft)]
+                own = common_prefix(body, draft)
+                if own < len(draft) and draft[own] not in self.seen:
+                    return body  # the model closes values with other tokens than the text's own: it writes them
+                return draft
         return body
+
+
+def _within_words(value: bytes, copied: bytes, most: int) -> bytes:
+    """`copied` cut where the value it continues would begin word `most` + 1."""
+    words = len(value.split())
+    in_word = not value[-1:].isspace()
+    for i, c in enumerate(copied):
+        if chr(c).isspace():
+            in_word = False
+        elif not in_word:
+            words, in_word = words + 1, True
+            if words > most:
+                return copied[:i].rstrip()
+    return copied
 
 
 class ValueDrafter(AheadDrafter):

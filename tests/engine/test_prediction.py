@@ -51,6 +51,20 @@ def test_the_opening_is_judged_step_by_step_as_an_answer_is_written():
     assert drafted.tokens == list(range(11, 19)) and drafted.confidence[0] >= 0.7
 
 
+def test_an_answer_that_writes_what_precedes_the_prediction_in_the_prompt_drafts_its_start():
+    prompt = [900, 5, 12, *PREDICTED, 901]  # the prompt holds the prediction behind a fence (5, 12)
+    state = Prediction(PREDICTED, len(prompt), TUNING, prompt)
+    state.propose(prompt + [5], 8)
+    drafted = state.propose(prompt + [5, 12], 8)  # step by step: the fence's 12 teaches no replacement
+    assert drafted.tokens == list(range(10, 18)) and drafted.confidence[0] >= 0.7
+    assert (
+        Prediction(PREDICTED, len(prompt), TUNING, prompt).propose(prompt + [6], 8).tokens == []
+    )  # one token is not enough
+    assert (
+        Prediction(PREDICTED, len(PROMPT), TUNING, PROMPT).propose(PROMPT + [5, 6], 8).tokens == []
+    )  # not in the prompt
+
+
 def test_a_copy_begun_inside_the_prediction_is_still_trusted_only_as_far_as_it_has_run():
     opened = proposal([5, 6, 7, 30, 31])
     assert opened and opened == list(range(32, 32 + len(opened))) and len(opened) < 8

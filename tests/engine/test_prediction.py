@@ -51,18 +51,13 @@ def test_the_opening_is_judged_step_by_step_as_an_answer_is_written():
     assert drafted.tokens == list(range(11, 19)) and drafted.confidence[0] >= 0.7
 
 
-def test_an_answer_that_writes_what_precedes_the_prediction_in_the_prompt_drafts_its_start():
-    prompt = [900, 5, 12, *PREDICTED, 901]  # the prompt holds the prediction behind a fence (5, 12)
-    state = Prediction(PREDICTED, len(prompt), TUNING, prompt)
-    state.propose(prompt + [5], 8)
-    drafted = state.propose(prompt + [5, 12], 8)  # step by step: the fence's 12 teaches no replacement
-    assert drafted.tokens == list(range(10, 18)) and drafted.confidence[0] >= 0.7
-    assert (
-        Prediction(PREDICTED, len(prompt), TUNING, prompt).propose(prompt + [6], 8).tokens == []
-    )  # one token is not enough
-    assert (
-        Prediction(PREDICTED, len(PROMPT), TUNING, PROMPT).propose(PROMPT + [5, 6], 8).tokens == []
-    )  # not in the prompt
+def test_replacements_learned_from_the_opening_are_forgotten_when_the_copy_starts():
+    state = Prediction(PREDICTED, len(PROMPT), TUNING)
+    state.propose(PROMPT + [5], 8)
+    state.propose(PROMPT + [5, 12], 8)  # the opening's 12 also occurs in the prediction: (10, 11) looks replaced by 5
+    assert state.lookup.cursor.rules
+    state.propose(PROMPT + [5, 12, 10], 8)  # the copy starts
+    assert state.lookup.cursor.rules == {}
 
 
 def test_a_copy_begun_inside_the_prediction_is_still_trusted_only_as_far_as_it_has_run():

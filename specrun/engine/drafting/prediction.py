@@ -5,9 +5,10 @@ followed by the answer so far, and its copy cursor starts at the prediction's fi
 its place token by token, finds it again after an insertion or deletion (near where the copy broke
 off, nearest ahead first) and repeats the replacements it has seen. An answer that opens with
 other text (a code fence, a sentence) and then writes the prediction's first tokens has started
-the copy the prediction announced: it is trusted from there as one that began at the first token;
-so is one that has just written what precedes the prediction in the prompt (the fence around the
-file), with the prediction's first token due next.
+the copy the prediction announced: it is trusted from there as one that began at the first token.
+(Drafting the prediction's start right after the fence the prompt puts before it would save one
+more step, but an edit often changes the first line, and a long draft rejected at its first token
+costs several steps where a pass over many rows costs several over one.)
 Its proposals are deterministic, so they are verified by the point-mass rule and the answer's distribution is the
 target's at every temperature.
 """
@@ -24,18 +25,15 @@ from .protocol import Draft, DraftRequest, DraftTuning, Proposals, Sources
 SEPARATOR = -1  # before and after the prediction: never a token, so no draft runs past its end
 START_RUN = 8  # a prediction is trusted at first as a copy that has run this many tokens
 OPENING_MAX = 32  # answer tokens before the prediction's first that may still be an opening
-OPENING_TOKENS = 4  # prompt tokens before the prediction's copy in the prompt that announce it (a fence)
-OPENING_MIN = 2  # of them, how many the answer must have just written
 
 
 class Prediction:
     """One sequence's prediction: its tokens, the prompt length the answer starts after, and the
     lookup that follows it (its own estimates of how well the prediction holds)."""
 
-    def __init__(self, tokens: Sequence[int], n_prompt: int, tuning: DraftTuning, prompt: Sequence[int] = ()):
+    def __init__(self, tokens: Sequence[int], n_prompt: int, tuning: DraftTuning):
         self.prefix = [SEPARATOR, *tokens, SEPARATOR]
         self.n_prompt = n_prompt
-        self.opening = _opening(prompt, tokens)
         self.lookup = PromptLookup(*tuning.ngrams, k_max=tuning.k_max)
         self.lookup.index.sync(self.prefix)
         cursor = self.lookup.cursor
@@ -70,7 +68,7 @@ class Prediction:
         predicted = self.prefix[1:-1]
         longest = min(len(answer), len(predicted))
         begun = next((j for j in range(longest, 0, -1) if list(answer[-j:]) == predicted[:j]), 0)
-        if begun == 0 and not self._opened(answer):
+        if begun == 0:
             self.started = len(answer) > OPENING_MAX
             return
         self.started = True
@@ -79,24 +77,6 @@ class Prediction:
         cursor.reset(cursor.seen)
         cursor.pos, cursor.run, cursor.found_near = 1 + begun, START_RUN + begun, True
         cursor.copy_share, cursor.followed = 1.0, 1
-
-    def _opened(self, answer: Sequence[int]) -> bool:
-        """The answer has just written what comes before the prediction where the prompt holds it
-        (the prompt's fence, ```` ```python ````): the prediction's first token is due next."""
-        opening = self.opening
-        return any(
-            list(answer[-j:]) == opening[-j:] for j in range(min(len(opening), len(answer)), OPENING_MIN - 1, -1)
-        )
-
-
-def _opening(prompt: Sequence[int], predicted: Sequence[int]) -> list[int]:
-    """The tokens before the prompt's last copy of the prediction's first tokens (none: no copy)."""
-    head = list(predicted[:OPENING_TOKENS])
-    if not head:
-        return []
-    starts = [i for i in range(len(prompt) - len(head), OPENING_MIN - 1, -1) if prompt[i] == head[0]]
-    at = next((i for i in starts if list(prompt[i : i + len(head)]) == head), None)
-    return [] if at is None else list(prompt[max(0, at - OPENING_TOKENS) : at])
 
 
 class PredictionDrafter(AheadDrafter):
@@ -115,7 +95,7 @@ class PredictionDrafter(AheadDrafter):
     def begin(self, seq: int, prompt: Sequence[int], given: object | None) -> None:
         self.states.pop(seq, None)
         if given is not None and len(given) > 0:
-            self.states[seq] = Prediction(list(given), len(prompt), self.tuning, prompt)
+            self.states[seq] = Prediction(list(given), len(prompt), self.tuning)
 
     def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
         """A proposal for every request, empty without a prediction: the planner then knows there

@@ -6,11 +6,10 @@ its place token by token, finds it again after an insertion or deletion (near wh
 off, nearest ahead first) and repeats the replacements it has seen. An answer that opens with
 other text (a code fence, a sentence) and then writes the prediction's first tokens has started
 the copy the prediction announced: it is trusted from there as one that began at the first token.
-(Drafting the prediction's start right after the fence the prompt puts before it would save one
-more step, but an edit often changes the first line, and a long draft rejected at its first token
-costs several steps where a pass over many rows costs several over one.)
-Its proposals are deterministic, so they are verified by the point-mass rule and the answer's distribution is the
-target's at every temperature.
+It is not drafted before then (right after a fence): an edit often changes the first line, and a
+long draft refused at its first token costs several steps where a pass over many rows costs
+several over one. Its proposals are deterministic, so they are verified by the point-mass rule and
+the answer's distribution is the target's at every temperature.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ the constraint accepts there, and adds what the constraint then forces (the next
 text is tokenized as the vocabulary tokenizes it alone and cut where the constraint refuses. A
 model may close a value with other tokens than that (`",` then `"owner`, not `","`): the closing
 is drafted only with a first token this answer has already written, else the draft stops at the
-value's end and the target writes the closing itself.
-Its proposals are deterministic (the point-mass rule keeps sampling exact), and each carries
-the acceptance this sequence's earlier proposals had.
+value's end and the target writes the closing itself. Its proposals are deterministic (the
+point-mass rule keeps sampling exact), and each carries the acceptance this sequence's earlier
+proposals had.
 """
 
 from __future__ import annotations

@@ -220,12 +220,8 @@ class ValueDrafter(AheadDrafter):
 
     name = defaults.VALUES
 
-    def __init__(self, tuning: DraftTuning = DraftTuning()):
-        super().__init__()
-        self.tuning = tuning
-
     def configure(self, tuning: DraftTuning) -> None:
-        self.tuning = tuning
+        """Nothing to tune: it copies what the prompt holds, and the plan cuts it to K."""
 
     def begin(self, seq: int, prompt: Sequence[int], given: object | None) -> None:
         self.states[seq] = ValueCopy(list(prompt))

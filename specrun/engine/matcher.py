@@ -105,11 +105,11 @@ class Matcher:
         quote and colon: `":"`), as the vocabulary tokenizes it alone. The likely ones are
         verified like any draft; the model's own tokenization wins."""
         forced = self.forced()
-        text = self._matcher.compute_ff_bytes()
-        written = self._tokenizer.decode_bytes(forced)
+        text = self.forced_text()
+        written = self.decode(forced)
         if not text.startswith(written) or len(text) == len(written):
             return forced, []
-        return forced, list(self._tokenizer.tokenize_bytes(text[len(written) :]))
+        return forced, self.tokenize(text[len(written) :])
 
     def allowed(self) -> np.ndarray:
         """A boolean mask over the vocabulary of what may come next."""

@@ -64,9 +64,8 @@ class Prediction:
         """Place the copy after the answer's tokens that begin the prediction, once they are its
         latest: the opening before them (a fence, a sentence) says nothing about how well the
         prediction holds, so the copy is trusted as at the start, not judged by the opening."""
-        predicted = self.prefix[1:-1]
-        longest = min(len(answer), len(predicted))
-        begun = next((j for j in range(longest, 0, -1) if list(answer[-j:]) == predicted[:j]), 0)
+        longest = min(len(answer), len(self.prefix) - 2)
+        begun = next((j for j in range(longest, 0, -1) if list(answer[-j:]) == self.prefix[1 : 1 + j]), 0)
         if begun == 0:
             self.started = len(answer) > OPENING_MAX
             return

@@ -84,14 +84,11 @@ class ValueCopy:
         if self.pending is None:
             return
         start, tokens = self.pending
-        actual = history[start : start + len(tokens)]
-        if len(actual) < min(len(tokens), 1) or len(history) < start:
+        actual = list(history[start : start + len(tokens)])
+        if not actual:  # nothing written after it yet (or the history was cut back before it)
             return
         self.pending = None
-        matched = 0
-        while matched < len(actual) and actual[matched] == tokens[matched]:
-            matched += 1
-        self._learn(min(len(tokens), len(actual)), matched)
+        self._learn(len(actual), common_prefix(tokens, actual))
 
     # -- proposing ----------------------------------------------------------------------------
 
@@ -184,8 +181,9 @@ class ValueCopy:
         elif most_words is not None:
             copied = _within_words(value, copied, most_words)
         body = guide.tokenize(copied) if copied else []
-        if guide.valid_prefix(body) < len(body):
-            return body[: guide.valid_prefix(body)]
+        valid = guide.valid_prefix(body)
+        if valid < len(body):
+            return body[:valid]
         after = guide.fork(body)
         for closer in CLOSERS:
             close = guide.tokenize(closer)

@@ -160,6 +160,7 @@ class Controller:
         self._profiles: dict[str, list[tuple[float, float]] | None] = {}  # until the next observation
         self._costs: Costs | None = None  # likewise
         self._step_s: dict[str, list[float]] = {}  # likewise
+        self._ceilings: dict[str, float | None] = {}  # likewise
         # Per drafter: whether `weighs` found it worth weighing, its steps then, and the step it was
         # judged: costs drift slowly, and its profile is its own pass over every K.
         self._weighed: dict[str, tuple[int, int, bool]] = {}
@@ -222,14 +223,20 @@ class Controller:
         A step weighs every K of every drafter, so it reads the curves once per observation."""
         self._profiles.clear()
         self._step_s.clear()
+        self._ceilings.clear()
         self._costs = None
 
+    def horizon(self, drafter: str) -> int:
+        """The most tokens `drafter` ever drafts a step: k_max, or its own cap (a DFlash block, a
+        chain of MTP heads), beyond which its costs and rates are never read."""
+        return min(self.k_max, self.drafter_k_max.get(drafter, self.k_max))
+
     def _step_costs(self, drafter: str) -> list[float]:
-        """Seconds of one sequence's step drafting m tokens with `drafter`, for m = 0..k_max (read
+        """Seconds of one sequence's step drafting m tokens with `drafter`, for m = 0..horizon (read
         once per observation: the ceiling, hopelessness and exploration's worth all ask)."""
         if drafter not in self._step_s:
             costs = self.costs()
-            self._step_s[drafter] = [costs.step_seconds(m, drafter) for m in range(self.k_max + 1)]
+            self._step_s[drafter] = [costs.step_seconds(m, drafter) for m in range(self.horizon(drafter) + 1)]
         return self._step_s[drafter]
 
     def _track(self, name: str) -> DrafterEstimates:
@@ -269,7 +276,7 @@ class Controller:
         return 1.0 / max(self.verify(1), 1e-12) if self.verify else None
 
     def profile(self, drafter: str) -> list[tuple[float, float]] | None:
-        """(expected tokens, expected seconds) of one sequence's step with `drafter` for K = 1..k_max;
+        """(expected tokens, expected seconds) of one sequence's step with `drafter` for K = 1..horizon;
         None until its costs are known. Draft length m under cap K has P(m ≥ j) = Π_{i≤j} l_i, and
         the step costs draft(m) + verify(m + 1)."""
         if drafter not in self._profiles:
@@ -284,14 +291,14 @@ class Controller:
         reach = [1.0] + track.length.survival()
         cost = self._step_costs(drafter)
         out, tokens, shorter = [], 1.0, 0.0
-        for k in range(1, self.k_max + 1):
+        for k in range(1, self.horizon(drafter) + 1):
             tokens += accept[k - 1]
             shorter += (reach[k - 1] - reach[k]) * cost[k - 1]
             out.append((tokens, max(shorter + reach[k] * cost[k], 1e-12)))
         return out
 
     def rates(self, drafter: str) -> list[float] | None:
-        """Expected tokens per second of `drafter` for K = 1..k_max (None until its costs are known)."""
+        """Expected tokens per second of `drafter` for K = 1..horizon (None until its costs are known)."""
         profile = self.profile(drafter)
         return None if profile is None else [tokens / seconds for tokens, seconds in profile]
 
@@ -306,10 +313,15 @@ class Controller:
     def ceiling(self, drafter: str) -> float | None:
         """Tokens per second of `drafter` if every token it drafted were accepted (None: costs not
         measured yet). Below plain decoding's rate, no acceptance rate can make it pay."""
+        if drafter not in self._ceilings:
+            self._ceilings[drafter] = self._ceiling(drafter)
+        return self._ceilings[drafter]
+
+    def _ceiling(self, drafter: str) -> float | None:
         if drafter not in self.tracks or not self._known(drafter) or not self.verify:
             return None
         cost = self._step_costs(drafter)
-        return max((k + 1) / max(cost[k], 1e-12) for k in range(1, self.k_max + 1))
+        return max((k + 1) / max(cost[k], 1e-12) for k in range(1, len(cost)))
 
     def hopeless(self, drafter: str) -> bool:
         """Measured costs say the drafter cannot beat plain decoding by HOPE_MARGIN even if every
@@ -517,11 +529,11 @@ class Controller:
                         break
                     continue
                 catch_up = ask.catch_up_s.get(name, 0.0)
-                if (
+                if (  # the budget first: under a server's, it refuses most steps and costs least to ask
                     track.steps < self.warmup_steps
+                    and self.affords(name, tried := self.try_seconds(name, 1, catch_up))
                     and not self.hopeless(name)
                     and self.worth_exploring(name, self.warmup_steps - track.steps, ask.remaining, catch_up)
-                    and self.affords(name, tried := self.try_seconds(name, 1, catch_up))
                 ):
                     self._charge(name, tried)
                     option = Option(name, self.acceptance(name, ask.own.get(name), self._cap(name, ask)))
@@ -556,12 +568,11 @@ class Controller:
                     continue
                 k = min(self.probe_k, self._cap(name, ask))
                 catch_up = ask.catch_up_s.get(name, 0.0)
-                if (
-                    k <= 0
-                    or rows - current.k + k > max_rows
-                    or not self.worth_exploring(name, 1, ask.remaining, catch_up)
-                    or not self.affords(name, tried := self.try_seconds(name, 1, catch_up))
-                ):
+                if not self.affords(name, tried := self.try_seconds(name, 1, catch_up)):
+                    break  # the asks behind it have as much to catch up or more
+                if k <= 0 or rows - current.k + k > max_rows:
+                    continue
+                if not self.worth_exploring(name, 1, ask.remaining, catch_up):
                     continue
                 self._charge(name, tried)
                 decision.choices[ask.seq] = Choice(name, k, "probe")

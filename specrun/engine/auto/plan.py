@@ -21,7 +21,7 @@ Pure functions of estimates and cost curves: no clock, no model.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 
@@ -91,9 +91,19 @@ class _Plan:
     def _verify(self, n: int) -> float:
         return self.costs.verify(n) if n > 0 else 0.0
 
+    def verify_from(self, rows: int):
+        """Seconds that n more rows add to a target pass over `rows`, as a function of n."""
+        verify, before = self.costs.verify, self._verify(rows)
+        return lambda n: verify(rows + n) - before
+
     def gain(self, option: Option, k0: int, j: int) -> float:
         """Expected accepted tokens that positions k0+1..k0+j of `option` add: the chances that
         each of them is reached and accepted, P(1..i all accepted), summed."""
+        sums = self.sums(option)
+        return sums[min(k0 + j, len(sums) - 1)] - sums[k0]
+
+    def sums(self, option: Option) -> list[float]:
+        """Expected tokens of the first j positions of `option`, for j = 0..len(acceptance)."""
         sums = self._sums.get(id(option))
         if sums is None:
             sums, survive = [0.0], 1.0
@@ -101,7 +111,7 @@ class _Plan:
                 survive *= rate
                 sums.append(sums[-1] + survive)
             self._sums[id(option)] = sums
-        return sums[min(k0 + j, len(sums) - 1)] - sums[k0]
+        return sums
 
     def cost(self, drafter: str, count: int, k0: int, j: int) -> float:
         """Seconds that lengthening `count` drafts of `drafter` from k0 to k0 + j tokens adds: their
@@ -145,8 +155,7 @@ class _Plan:
 @dataclass
 class _Move:
     """Lengthen the drafts of the first r of `ranked` (gain, sequence, option) from k0 to k0 + j
-    tokens of `drafter`: `gain` expected tokens more (its cost is worked out only for a move whose
-    gain could beat the best so far)."""
+    tokens of `drafter`: `gain` expected tokens more for `cost` seconds more."""
 
     ranked: list[tuple[float, int, Option]]
     r: int
@@ -154,11 +163,16 @@ class _Move:
     j: int
     gain: float
     drafter: str
+    cost: float
 
 
-def _moves(plan: _Plan, candidates: Sequence[Candidate], max_rows: int) -> Iterator[_Move]:
-    """Every chunk worth weighing: the r sequences most likely to gain, among those drafting k0
-    tokens with the same drafter (or not drafting yet and able to), each lengthened by j tokens."""
+def _best_move(plan: _Plan, candidates: Sequence[Candidate], max_rows: int, worth: float) -> _Move | None:
+    """Of every chunk worth weighing, the one whose expected tokens most exceed its seconds at the
+    value `worth` (None: no chunk gains anything net). A chunk lengthens by j tokens the drafts of
+    the r sequences most likely to gain, among those drafting k0 tokens with the same drafter (or
+    not drafting yet and able to). Weighed in a fixed order, the first of equal nets wins. Its cost
+    is worked out only for a chunk whose gain alone could beat the best so far: costs are never
+    negative. Runs every step for every sequence, so it makes no object per chunk it weighs."""
     groups: dict[tuple[str, int], list[tuple[Candidate, Option]]] = {}
     for cand in candidates:
         current, k0 = plan.alloc.drafter(cand.seq), plan.alloc.k(cand.seq)
@@ -166,18 +180,28 @@ def _moves(plan: _Plan, candidates: Sequence[Candidate], max_rows: int) -> Itera
             if current is None or option.drafter == current:
                 groups.setdefault((option.drafter, k0), []).append((cand, option))
     first = itemgetter(0)
+    best, best_net = None, 1e-12
+    rows, verify = plan.rows, plan.verify_from(plan.rows)
     for (drafter, k0), group in groups.items():
-        room = {c.seq: min(c.k_max, len(o.acceptance)) - k0 for c, o in group}
-        for j in range(1, max(room.values(), default=0) + 1):
-            able = sorted(
-                ((plan.gain(o, k0, j), c.seq, o) for c, o in group if room[c.seq] >= j), key=first, reverse=True
-            )
+        passes = drafter in plan.costs.draft  # else a chunk costs its verify rows alone
+        members = [(min(c.k_max, len(o.acceptance)) - k0, plan.sums(o), c.seq, o) for c, o in group]
+        for j in range(1, max((room for room, _, _, _ in members), default=0) + 1):
+            fits = (max_rows - rows) // j  # the most sequences a chunk of j tokens each has room for
+            if fits <= 0:
+                break
+            able = [(sums[k0 + j] - sums[k0], seq, option) for room, sums, seq, option in members if room >= j]
+            if len(able) > 1:
+                able.sort(key=first, reverse=True)
             total = 0.0
-            for r, (gain, _, _) in enumerate(able, start=1):
-                if plan.rows + r * j > max_rows:
-                    break
+            for r, (gain, _, _) in enumerate(able[:fits], start=1):
                 total += gain
-                yield _Move(able, r, k0, j, total, drafter)
+                if total <= best_net:
+                    continue
+                cost = plan.cost(drafter, r, k0, j) if passes else verify(r * j)
+                net = total - worth * cost
+                if net > best_net:
+                    best, best_net = _Move(able, r, k0, j, total, drafter, cost), net
+    return best
 
 
 def allocate(
@@ -211,19 +235,9 @@ def allocate(
             )
             settled.add(grant.seq)
     free = [c for c in candidates if c.seq not in settled]
-    while True:
-        worth = max(value, plan.alloc.rate)
-        best, best_net, best_cost = None, 1e-12, 0.0
-        for move in _moves(plan, free, max_rows):
-            if move.gain <= best_net:
-                continue  # costs are never negative: it cannot beat the best
-            cost = plan.cost(move.drafter, move.r, move.k0, move.j)
-            net = move.gain - worth * cost
-            if net > best_net:
-                best, best_net, best_cost = move, net, cost
-        if best is None:
-            return plan.alloc
-        plan.apply([(seq, option) for _, seq, option in best.ranked[: best.r]], best.k0, best.j, best.gain, best_cost)
+    while (best := _best_move(plan, free, max_rows, max(value, plan.alloc.rate))) is not None:
+        plan.apply([(seq, option) for _, seq, option in best.ranked[: best.r]], best.k0, best.j, best.gain, best.cost)
+    return plan.alloc
 
 
 def fixed(

@@ -502,6 +502,16 @@ def test_a_drafter_with_a_cap_is_never_asked_for_more_than_it_drafts():
     assert max(x.k for x in choices if x.drafter == "mtp") > 2
 
 
+def test_a_capped_drafters_costs_and_rates_stop_at_its_cap():
+    """A DFlash block or a chain of MTP heads never drafts more than its cap, so the controller
+    reads its step costs, ceiling and rates only that far: they are worked out every step."""
+    c = OneSequence(["draft", "mtp"], 16, warmup_steps=0, drafter_k_max={"mtp": 3}, lookup=None)
+    c.seed({1: 0.020, 17: 0.030}, {"draft": 0.002, "mtp": 0.001})
+    assert len(c.rates("mtp")) == 3 and len(c.rates("draft")) == 16
+    assert len(c._step_costs("mtp")) == 4
+    assert c.ceiling("mtp") == pytest.approx(max((k + 1) / c.costs().step_seconds(k, "mtp") for k in (1, 2, 3)))
+
+
 def test_a_drafter_the_seeded_costs_rule_out_is_never_chosen_whatever_its_estimates():
     """A flat verify curve and a draft pass of 16.6 ms against a 20 ms target pass: even at full
     acceptance the drafter reaches 1.18x plain, under the 1.2x a drafter must promise to be tried.

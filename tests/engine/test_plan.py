@@ -135,3 +135,64 @@ def test_a_block_drafter_drafts_every_sequence_in_one_pass_over_their_rows():
     assert set(four.drafts) == {0, 1, 2, 3} and all(d == (block, 8) for d in four.drafts.values())
     per_depth = Costs(flat(), {block: lambda n: pass_s.get(n, 0.002 + 0.00006 * n)})
     assert allocate([Candidate(s, sure, 8) for s in range(4)], per_depth, max_rows=512).seconds > four.seconds
+
+
+def _greedy_chunks(candidates, costs, max_rows, value):
+    """The allocation spelled out: while some chunk gains more expected tokens than its seconds
+    are worth (at the better of `value` and the plan's rate), take the first of the largest net;
+    a chunk lengthens by j tokens the drafts of the r sequences most likely to gain among those
+    drafting k0 tokens with one drafter (or not drafting yet)."""
+    from specrun.engine.auto.plan import _Plan
+
+    plan = _Plan(candidates, costs, 0)
+    while True:
+        worth, best, best_net = max(value, plan.alloc.rate), None, 1e-12
+        groups = {}
+        for cand in candidates:
+            current, k0 = plan.alloc.drafter(cand.seq), plan.alloc.k(cand.seq)
+            for option in cand.options:
+                if current is None or option.drafter == current:
+                    groups.setdefault((option.drafter, k0), []).append((cand, option))
+        for (drafter, k0), group in groups.items():
+            room = {c.seq: min(c.k_max, len(o.acceptance)) - k0 for c, o in group}
+            for j in range(1, max(room.values(), default=0) + 1):
+                able = sorted(
+                    ((plan.gain(o, k0, j), c.seq, o) for c, o in group if room[c.seq] >= j),
+                    key=lambda x: x[0],
+                    reverse=True,
+                )
+                for r in range(1, len(able) + 1):
+                    if plan.rows + r * j > max_rows:
+                        break
+                    gain, cost = sum(g for g, _, _ in able[:r]), plan.cost(drafter, r, k0, j)
+                    if gain - worth * cost > best_net:
+                        best, best_net = (able[:r], k0, j, gain, cost), gain - worth * cost
+        if best is None:
+            return plan.alloc
+        members, k0, j, gain, cost = best
+        plan.apply([(seq, option) for _, seq, option in members], k0, j, gain, cost)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_allocation_takes_the_chunk_of_the_largest_net_gain_until_none_gains(seed):
+    """allocate, which weighs its chunks without making an object for each, chooses as the
+    plain greedy search over every chunk does, on random batches, curves and drafters."""
+    import random
+
+    rnd = random.Random(seed)
+    per_row = rnd.choice([0.00002, 0.0002, 0.002])
+    verify = {n: 0.01 + per_row * n * rnd.uniform(0.8, 1.2) for n in range(1, 600)}
+    pass_s = {n: 0.001 + 0.0001 * n for n in range(1, 600)}
+    costs = Costs(
+        verify.__getitem__, {MODEL: pass_s.__getitem__, "dflash": pass_s.__getitem__}, blocks=frozenset({"dflash"})
+    )
+    candidates = []
+    for seq in range(rnd.randint(1, 6)):
+        names = rnd.sample([LOOKUP, MODEL, "dflash"], rnd.randint(0, 3))
+        options = [Option(name, [rnd.uniform(0.3, 1.0) for _ in range(rnd.randint(1, 40))]) for name in names]
+        candidates.append(Candidate(seq, options, rnd.randint(1, 40)))
+    max_rows, value = rnd.choice([8, 32, 512]), rnd.uniform(0.0, 150.0)
+    got = allocate(candidates, costs.remembered(), max_rows=max_rows, value=value)
+    want = _greedy_chunks(candidates, costs.remembered(), max_rows, value)
+    assert got.drafts == want.drafts
+    assert got.tokens == pytest.approx(want.tokens) and got.seconds == pytest.approx(want.seconds)

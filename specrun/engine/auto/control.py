@@ -468,7 +468,7 @@ class Controller:
 
     def _cap(self, name: str, ask: Ask) -> int:
         """The most tokens `name` may draft for `ask` this step."""
-        return min(ask.k_max, self.k_max, self.drafter_k_max.get(name, self.k_max))
+        return min(ask.k_max, self.horizon(name))
 
     def weighs(self, drafter: str) -> bool:
         """Whether plan() weighs `drafter` at all; for one it does not, nothing it would need (its

@@ -71,6 +71,17 @@ def _constrained_draft(state: SequenceState, lead: Lead | None, own: Draft) -> D
     return Draft(head + own.tokens, q, certain + _confidence(own))
 
 
+def _defer(proposals: Proposed, ahead: Sequence[Drafter]) -> None:
+    """A drafter that `defers_to` another (a prediction to prompt lookup) offers each sequence its
+    proposal as it stands beside the other's (`beside`): what both propose is judged once."""
+    for drafter in ahead:
+        other = proposals.get(getattr(drafter, "defers_to", None) or "")
+        if other is not None and drafter.name in proposals:
+            proposals[drafter.name] = {
+                seq: drafter.beside(draft, other.get(seq)) for seq, draft in proposals[drafter.name].items()
+            }
+
+
 def _confidence(draft: Draft) -> list[float]:
     """A proposal's per-token chances of acceptance (certain where it gives none)."""
     return draft.confidence or [1.0] * len(draft.tokens)
@@ -525,6 +536,7 @@ class Engine:
                 if (k := k_maxes[s.seq]) > 0
             ]
             proposals = {d.name: d.propose(asked).drafts for d in ahead} if asked else {}
+            _defer(proposals, ahead)
         max_rows = self.n_batch - reserve
         if not self.policy.auto:
             return self._fixed(decoding, k_maxes, proposals, max_rows), proposals, leads

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .. import defaults
+from ..engine.drafting.prediction import kept_tokens
 from ..engine.sequence import GenerationSettings, SequenceState
 from ..models.reasoning import ReasoningTags
 
@@ -42,7 +43,7 @@ def finish_reason(state: SequenceState) -> str:
     return FINISH_REASONS.get(state.finished or "", "stop")
 
 
-def report(state: SequenceState, *, predicted: bool = False) -> dict:
+def report(state: SequenceState, *, prediction: Sequence[int] | None = None) -> dict:
     """usage (with OpenAI's counts of predicted tokens, when the request brought a prediction) and
     llama-server's `timings` for the response; for a constrained answer, `forced_n` there counts the
     tokens its constraint forced (OpenAI's usage has no place for them)."""
@@ -59,12 +60,11 @@ def report(state: SequenceState, *, predicted: bool = False) -> dict:
         "total_tokens": len(state.prompt) + predicted_n,
         "prompt_tokens_details": {"cached_tokens": state.cached},
     }
-    if predicted:  # drafted from the prediction and kept, and drafted from it and verified in vain
-        counts = state.stats.by_drafter.get(defaults.PREDICTION, {})
-        accepted = counts.get("accepted", 0)
+    if prediction:  # the prediction's tokens the answer kept, and the rest
+        accepted = kept_tokens(prediction, state.generated)
         usage["completion_tokens_details"] = {
             "accepted_prediction_tokens": accepted,
-            "rejected_prediction_tokens": counts.get("drafted", 0) - accepted,
+            "rejected_prediction_tokens": len(prediction) - accepted,
         }
     timings = {
         "cache_n": state.cached,

@@ -399,9 +399,9 @@ class Worker:
             speed=gen.stats.decode_rate_at(end - (t.admitted or t.arrived)) or None,
             completion=end - t.arrived,
         )
-        predicted = bool(handle.job.given.get(defaults.PREDICTION))
+        prediction = handle.job.given.get(defaults.PREDICTION)
         self._send(
-            handle, Event(update.text, update.tokens, True, finish_reason(gen), report(gen, predicted=predicted))
+            handle, Event(update.text, update.tokens, True, finish_reason(gen), report(gen, prediction=prediction))
         )
 
     def _fail(

@@ -9,10 +9,11 @@ from serve_helpers import FLAT_COSTS, costs_of
 from test_engine import CHI2_999, RUNS, first_two_distribution
 
 from specrun import defaults
-from specrun.engine.drafting.prediction import SEPARATOR, Prediction, PredictionDrafter
-from specrun.engine.drafting.protocol import DraftRequest, DraftTuning
+from specrun.engine.drafting.prediction import SEPARATOR, Prediction, PredictionDrafter, beside_lookup, kept_tokens
+from specrun.engine.drafting.protocol import Draft, DraftRequest, DraftTuning
 from specrun.engine.sampling import SamplingParams
 from specrun.engine.sequence import GenerationSettings
+from specrun.engine.step import _defer
 from specrun.errors import ContextOverflowError
 from specrun.runtime.pair import Pair, PairConfig
 
@@ -82,6 +83,43 @@ def test_a_sequence_without_a_prediction_gets_an_empty_proposal():
     assert drafter.propose([DraftRequest(0, PROMPT + [10], 4, sampling, None)]).drafts[0].tokens == []
 
 
+def test_the_tokens_an_answer_kept_of_its_prediction_are_counted_through_edits():
+    fence = [900, 901]
+    assert kept_tokens(PREDICTED, PREDICTED) == 60
+    assert kept_tokens(PREDICTED, PREDICTED[:25]) == 25  # an answer cut short kept what it wrote
+    assert kept_tokens(PREDICTED, fence + PREDICTED + fence) >= 59  # an opening and a closing fence
+    renamed = [999 if t in (20, 40) else t for t in PREDICTED]
+    assert 54 <= kept_tokens(PREDICTED, renamed) <= 58  # each change loses itself and a token or so to find the copy
+    assert 57 <= kept_tokens(PREDICTED, PREDICTED[:30] + [999, 998] + PREDICTED[30:]) <= 60  # an insertion
+    assert kept_tokens(PREDICTED, PREDICTED + PREDICTED) == 60  # a part repeated is kept once
+    assert kept_tokens(PREDICTED, list(range(500, 560))) == 0
+    assert kept_tokens([], PREDICTED) == 0 and kept_tokens(PREDICTED, []) == 0
+
+
+def test_tokens_the_prediction_shares_with_lookups_draft_are_judged_as_lookup_judges_them():
+    lookup = Draft([1, 2, 3], None, [0.5, 0.6, 0.7])
+    assert beside_lookup(Draft([1, 2, 3], None, [0.9, 0.9, 0.9]), lookup).tokens == []  # nothing added
+    assert beside_lookup(Draft([1, 2], None, [0.9, 0.9]), lookup).tokens == []
+    longer = beside_lookup(Draft([1, 2, 3, 4, 5], None, [0.9] * 5), lookup)
+    assert longer.tokens == [1, 2, 3, 4, 5] and longer.confidence == [0.5, 0.6, 0.7, 0.9, 0.9]
+    parted = beside_lookup(Draft([1, 2, 8, 9], None, [0.9] * 4), lookup)
+    assert parted.tokens == [1, 2, 8, 9] and parted.confidence == [0.5, 0.6, 0.9, 0.9]
+    other = Draft([7, 8], None, [0.9, 0.9])
+    assert beside_lookup(other, lookup) is other  # another first token: another option
+    assert beside_lookup(other, Draft()) is other and beside_lookup(other, None) is other
+
+
+def test_the_step_offers_each_sequences_prediction_beside_its_lookup_proposal():
+    drafter = PredictionDrafter(TUNING)
+    proposals = {
+        defaults.LOOKUP: {0: Draft([1, 2, 3], None, [0.5] * 3)},
+        defaults.PREDICTION: {0: Draft([1, 2, 3], None, [0.9] * 3), 1: Draft([4, 5], None, [0.9] * 2)},
+    }
+    _defer(proposals, [drafter])
+    assert proposals[defaults.PREDICTION][0].tokens == []  # the same copy as lookup's: no option of its own
+    assert proposals[defaults.PREDICTION][1].tokens == [4, 5]  # lookup had none for sequence 1
+
+
 # -- through the engine ---------------------------------------------------------------------------
 
 
@@ -112,6 +150,21 @@ def test_greedy_answers_are_the_same_with_a_prediction(pair, mode):
     edited = plain[:10] + [plain[3]] + plain[10:25] + plain[28:]  # an insertion and a deletion
     guessed, stats = answer(pair, prompt, mode, prediction=edited)
     assert guessed == plain and stats.by_drafter[defaults.PREDICTION]["accepted"] > 0
+
+
+def test_the_engine_offers_the_prediction_beside_lookups_proposal(pair, monkeypatch):
+    seen = []
+    real = PredictionDrafter.beside
+
+    def beside(own, lookup):
+        seen.append((list(own.tokens), list(lookup.tokens) if lookup is not None else None))
+        return real(own, lookup)
+
+    monkeypatch.setattr(PredictionDrafter, "beside", staticmethod(beside))
+    prompt = pair.prompt_tokens("predict me", chat=False)
+    plain, _ = answer(pair, prompt, "off")
+    answer(pair, prompt, "auto", prediction=plain)
+    assert any(lookup for _, lookup in seen)  # lookup's proposal for the same sequence and step
 
 
 def test_a_prediction_longer_than_the_context_is_refused(pair):

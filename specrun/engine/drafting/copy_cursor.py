@@ -60,6 +60,8 @@ class CopyCursor:
         self._rules_by_first: dict[int, set[tuple[int, ...]]] = {}
         self.copy_share = 0.0  # share of recent tokens the copy predicted: all so far, then the last SHARE_WINDOW or so
         self.followed = 0
+        self.source_end = 0  # tokens before this index are a source whose copied tokens are counted in `kept`
+        self.kept = 0  # history tokens copied from there (not a learned replacement's)
         self.reset(0)
 
     # -- state -------------------------------------------------------------------------------
@@ -104,6 +106,8 @@ class CopyCursor:
         self.followed += 1
         self.copy_share += (copied - self.copy_share) / min(self.followed, SHARE_WINDOW)
         if copied:
+            if not self.pending and self.pos < self.source_end:
+                self.kept += 1
             self._advance()
             self.run += 1
             return

@@ -10,6 +10,11 @@ It is not drafted before then (right after a fence): an edit often changes the f
 long draft refused at its first token costs several steps where a pass over many rows costs
 several over one. Its proposals are deterministic, so they are verified by the point-mass rule and
 the answer's distribution is the target's at every temperature.
+
+The file is usually in the prompt too, so prompt lookup often proposes the same tokens: the step
+offers a proposal beside lookup's (`beside_lookup`), and a prediction changes a step's choice only
+where it adds tokens. How many of its tokens an answer kept (`kept_tokens`) is counted by
+following the answer through it, whichever drafter drafted them.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ... import defaults
+from ..llama import common_prefix
 from .ahead import AheadDrafter
 from .prompt_lookup import PromptLookup
 from .protocol import Draft, DraftRequest, DraftTuning, Proposals, Sources
@@ -36,7 +42,7 @@ class Prediction:
         self.lookup = PromptLookup(*tuning.ngrams, k_max=tuning.k_max)
         self.lookup.index.sync(self.prefix)
         cursor = self.lookup.cursor
-        cursor.seen = len(self.prefix)
+        cursor.seen, cursor.source_end = len(self.prefix), len(self.prefix)
         cursor.pos, cursor.run, cursor.found_near = 1, START_RUN, True
         # Copying from the first token on, but judged by how much the answer does copy from then on,
         # as prompt lookup's copies are: trusting a whole window of copying up front kept long
@@ -77,11 +83,43 @@ class Prediction:
         cursor.copy_share, cursor.followed = 1.0, 1
 
 
+def kept_tokens(prediction: Sequence[int], answer: Sequence[int]) -> int:
+    """How many of the prediction's tokens the answer kept, in order, as the copy follows it
+    through edits: OpenAI's accepted prediction tokens (the rest were rejected), whichever drafter
+    drafted them."""
+    if not prediction or not answer:
+        return 0
+    state = Prediction(prediction, 0, DraftTuning())
+    state.lookup.observe(state.history(answer))
+    return min(state.lookup.cursor.kept, len(prediction))  # an answer that repeats a part keeps it once
+
+
+def beside_lookup(prediction: Draft, lookup: Draft | None) -> Draft:
+    """The prediction's proposal as an option beside prompt lookup's. Where both drafts begin with
+    the same tokens, they follow one copy (the file is usually in the prompt too), and two
+    estimates of one copy differ only by which outcomes each happened to see: taking the higher
+    one drafts long where a rejected row is dear. So those shared tokens are judged as lookup
+    judges them, and a prediction that adds no token after them is no option: the step then
+    chooses as it would without the prediction. What it adds (a different token, or tokens past
+    lookup's draft) keeps its own estimates."""
+    if lookup is None or not lookup.tokens or not prediction.tokens:
+        return prediction
+    shared = common_prefix(prediction.tokens, lookup.tokens)
+    if shared == 0:
+        return prediction
+    if shared == len(prediction.tokens):
+        return Draft()
+    own = prediction.confidence or [1.0] * len(prediction.tokens)
+    judged = lookup.confidence or [1.0] * len(lookup.tokens)
+    return Draft(prediction.tokens, prediction.q, judged[:shared] + own[shared:])
+
+
 class PredictionDrafter(AheadDrafter):
     """Drafts each sequence's answer from the prediction its request brought (`begin` with a token
     list); a sequence without one gets no proposals."""
 
     name = defaults.PREDICTION
+    defers_to = defaults.LOOKUP  # the step offers its proposals beside lookup's (`beside`)
 
     def __init__(self, tuning: DraftTuning = DraftTuning()):
         super().__init__()
@@ -106,6 +144,10 @@ class PredictionDrafter(AheadDrafter):
 
     def finish(self, seq: int, history: Sequence[int]) -> None:
         self.states.pop(seq, None)
+
+    @staticmethod
+    def beside(own: Draft, lookup: Draft | None) -> Draft:
+        return beside_lookup(own, lookup)
 
 
 def build(sources: Sources) -> PredictionDrafter:

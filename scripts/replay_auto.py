@@ -18,16 +18,27 @@ in `--orders` shuffled orders, each order read twice and the second pass counted
 from, recorded with the answers) as its predicted output beside prompt lookup, as
 `specrun bench --predict` runs it; answers recorded without one replay as plain auto.
 
+Two ceilings say how far any choice of K could go with the same proposals on that curve.
+`oracle:K` knows before each step how many of the proposal's tokens will be accepted and takes
+the cheapest schedule of steps (no real policy can see that far). `fitted:K` is the best fixed
+rule that looks only at the past: a K for each length of the run of tokens the proposal has got
+right so far (none, 1-3, 4-7, 8-15, 16 or more), chosen over a grid to do best on these very
+answers (geometric mean), so it flatters itself. With `+prediction` both read the prediction's
+proposal beside prompt lookup's: the oracle the one that keeps more, the rule the one whose run
+is longer.
+
     python scripts/replay_auto.py --record answers.json --target T.gguf -n 128
     python scripts/replay_auto.py --record sampled.json --target T.gguf --temperature 0.8 --seeds 1,2,3
     python scripts/replay_auto.py answers.json --curve 1:0.028,2:0.042,5:0.084,16:0.140,32:0.240
     python scripts/replay_auto.py sampled.json --session --orders 6 --configs auto:31
     python scripts/replay_auto.py answers.json --configs auto:63,auto+prediction:63
+    python scripts/replay_auto.py answers.json --configs auto:63,oracle:63,fitted:63
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
@@ -38,12 +49,15 @@ from pathlib import Path
 
 from specrun.engine.auto.control import LEARNED_WEIGHT, PLAIN, Ask, Choice, Controller, Outcome
 from specrun.engine.auto.estimates import CostCurve
-from specrun.engine.drafting.prediction import Prediction
+from specrun.engine.drafting.prediction import Prediction, beside_lookup
 from specrun.engine.drafting.prompt_lookup import PromptLookup
 from specrun.engine.drafting.protocol import DraftTuning
 
 LOOKUP_SECONDS = 0.0002  # what proposing costs prompt lookup, per step
 PREDICTED = "auto+prediction"
+CEILINGS = ("oracle", "fitted")
+RUN_BUCKETS = (1, 4, 8, 16)  # a fitted rule's K changes where the proposal's run reaches these lengths
+FITTED_KS = (0, 1, 2, 3, 4, 7, 15, 31, 63)  # the K a fitted rule may give a run length
 
 
 def policy(curve: CostCurve, mode: str, k: int) -> tuple[Controller | None, PromptLookup]:
@@ -82,7 +96,7 @@ def replay(
         room = min(k, len(output) - position - 1)
         proposals = {"ngram": lookup.propose(history, room)}
         if predicted is not None:
-            proposals["prediction"] = predicted.propose(history, room)
+            proposals["prediction"] = beside_lookup(predicted.propose(history, room), proposals["ngram"])
         proposal, drafter = proposals["ngram"], "ngram"
         if controller is not None:
             in_hand = {name: made.confidence or [] for name, made in proposals.items()}
@@ -117,6 +131,85 @@ def replay(
     if controller is not None and learned is not None:
         learned.update(controller=controller.learned(), lookup=lookup.state())
     return seconds, dict(counts)
+
+
+def proposals_at(prompt: list[int], output: list[int], k: int, prediction: list[int] | None) -> list[list[tuple]]:
+    """At every position after the first, each source's proposal as (accepted, drafted, run):
+    how many of its tokens the answer keeps, how many it drafts, and for how many positions in a
+    row before this one its first token was right. Proposals depend on the history only (their
+    confidence, which feedback moves, is not read), so one pass over the answer gives them all."""
+    sources = [PromptLookup(1, 8, k_max=k)]
+    if prediction:
+        sources.append(Prediction(prediction, len(prompt), DraftTuning(k_max=k)))
+    runs = [0] * len(sources)
+    out = []
+    for position in range(1, len(output)):
+        history = list(prompt) + output[:position]
+        row = []
+        for i, source in enumerate(sources):
+            tokens = source.propose(history, min(k, len(output) - position - 1)).tokens
+            accepted = 0
+            while accepted < len(tokens) and tokens[accepted] == output[position + accepted]:
+                accepted += 1
+            row.append((accepted, len(tokens), runs[i]))
+            runs[i] = runs[i] + 1 if accepted else 0
+        out.append(row)
+    return out
+
+
+def oracle_seconds(rows: list[list[tuple]], curve: CostCurve) -> float:
+    """The cheapest schedule of steps when every step knows how much of each proposal will be kept."""
+    n = len(rows)
+    best = [0.0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        keep = min(max(accepted for accepted, _, _ in rows[i]), n - i - 1)
+        best[i] = min(curve(j + 1) + best[i + j + 1] for j in range(keep + 1))
+    return best[0]
+
+
+def _bucket(run: int) -> int:
+    return sum(run >= bound for bound in RUN_BUCKETS)
+
+
+def rule_seconds(rows: list[list[tuple]], curve: CostCurve, rule: tuple[int, ...]) -> float:
+    """Seconds a fixed rule takes: K = rule[bucket of the longest run], from that run's proposal."""
+    n, i, seconds = len(rows), 0, 0.0
+    while i < n:
+        accepted, drafted, run = max(rows[i], key=lambda source: source[2])
+        k = min(rule[_bucket(run)], drafted, n - i - 1)
+        seconds += curve(k + 1)
+        i += min(accepted, k) + 1
+    return seconds
+
+
+def fit_rule(answers: list[list[list[tuple]]], curve: CostCurve) -> tuple[int, ...]:
+    """The rule of the best geometric-mean speedup over these answers."""
+
+    def score(rule: tuple[int, ...]) -> float:
+        return sum(math.log(len(rows) * curve(1) / rule_seconds(rows, curve, rule)) for rows in answers)
+
+    return max(itertools.product(FITTED_KS, repeat=len(RUN_BUCKETS) + 1), key=score)
+
+
+def ceilings(answers: dict, curve: CostCurve, mode: str, k: int, max_tokens: int) -> dict[tuple[str, str], list[float]]:
+    """Speedups of `oracle` or `fitted` (see the module's text) by (category, config)."""
+    with_prediction = mode.endswith("+prediction")
+    rows = {
+        pid: proposals_at(
+            item["prompt"], item["output"][:max_tokens], k, item.get("prediction") if with_prediction else None
+        )
+        for pid, item in answers.items()
+    }
+    rule = fit_rule(list(rows.values()), curve) if mode.startswith("fitted") else None
+    if rule is not None:
+        print(f"{mode}:{k} rule, K by run length (0, 1-3, 4-7, 8-15, 16+): {rule}")
+    by_category: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for pid, item in answers.items():
+        seconds = oracle_seconds(rows[pid], curve) if rule is None else rule_seconds(rows[pid], curve, rule)
+        speedup = len(rows[pid]) * curve(1) / seconds
+        by_category[(item["category"], f"{mode}:{k}")].append(speedup)
+        print(f"{pid:32s} {mode}:{k} {speedup:.2f}×")
+    return by_category
 
 
 def parse_curve(text: str) -> CostCurve:
@@ -174,6 +267,9 @@ def replay_all(
     """Speedups over plain decoding by (category, config), one per answer (per order, in a session)."""
     by_category: dict[tuple[str, str], list[float]] = defaultdict(list)
     for mode, k in configs:
+        if mode.split("+")[0] in CEILINGS:
+            by_category.update(ceilings(answers, curve, mode, k, max_tokens))
+            continue
         for order in range(orders if session else 1):
             items = list(answers.items())
             if session:
@@ -207,7 +303,8 @@ def main() -> None:
     parser.add_argument(
         "--configs",
         default="ngram:4,ngram:15,auto:31",
-        help="MODE:K, comma-separated; MODE ngram, auto or auto+prediction",
+        help="MODE:K, comma-separated; MODE ngram, auto, auto+prediction, or a ceiling: oracle, fitted, "
+        "oracle+prediction, fitted+prediction",
     )
     parser.add_argument("--record", action="store_true", help="record plain greedy answers into ANSWERS first")
     parser.add_argument(

@@ -52,6 +52,7 @@ from specrun.engine.auto.estimates import CostCurve
 from specrun.engine.drafting.prediction import Prediction, beside_lookup
 from specrun.engine.drafting.prompt_lookup import PromptLookup
 from specrun.engine.drafting.protocol import DraftTuning
+from specrun.engine.llama import common_prefix
 
 LOOKUP_SECONDS = 0.0002  # what proposing costs prompt lookup, per step
 PREDICTED = "auto+prediction"
@@ -107,13 +108,7 @@ def replay(
             draft = proposal.tokens[: min(choice.k, room)] if choice.drafter in proposals else []
         else:
             draft = proposal.tokens
-        accepted = 0
-        while (
-            accepted < len(draft)
-            and position + accepted < len(output)
-            and draft[accepted] == output[position + accepted]
-        ):
-            accepted += 1
+        accepted = common_prefix(draft, output[position:])
         t_verify, t_draft = curve(len(draft) + 1), LOOKUP_SECONDS
         if draft:
             (predicted.lookup if drafter == "prediction" else lookup).feedback(len(draft), accepted)
@@ -148,9 +143,7 @@ def proposals_at(prompt: list[int], output: list[int], k: int, prediction: list[
         row = []
         for i, source in enumerate(sources):
             tokens = source.propose(history, min(k, len(output) - position - 1)).tokens
-            accepted = 0
-            while accepted < len(tokens) and tokens[accepted] == output[position + accepted]:
-                accepted += 1
+            accepted = common_prefix(tokens, output[position:])
             row.append((accepted, len(tokens), runs[i]))
             runs[i] = runs[i] + 1 if accepted else 0
         out.append(row)

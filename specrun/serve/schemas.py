@@ -37,10 +37,10 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-MAX_STOPS = 4  # as OpenAI allows
+MAX_STOPS = 128  # stop strings a request may give (lm-eval and editors send long lists; llama-server sets no bound)
+MAX_STOP_CHARS = 16_384  # their characters together: each step holds back as many as the longest
 MAX_TOOLS = 128  # tools a request may declare, and calls an assistant message may carry, as OpenAI allows
 MAX_INT32 = 2**31 - 1  # llama.cpp's int fields (top_k); larger means nothing more
-MAX_TOKENS_FIELDS = ("max_tokens", "max_completion_tokens")  # bounded by the context at run time (service.py)
 
 
 def _encodable(value: str) -> str:
@@ -140,7 +140,28 @@ BestOfOne = _neutral(Int, (1,), "1", {"const": 1})
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    """Known fields keep their strict types; a field this server does not know is kept aside and
+    ignored (clients send fields of newer API versions and of their own: refusing them would lock
+    the client out), and `unknown_fields` names it for the log."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+def unknown_fields(model: BaseModel, at: str = "") -> list[str]:
+    """The paths of the fields `model` (and the models inside it) did not know, e.g.
+    `messages.2.cache_control`."""
+    found = [f"{at}{name}" for name in (model.model_extra or {})]
+    for name in type(model).model_fields:
+        found += _unknown_inside(getattr(model, name), f"{at}{name}.")
+    return found
+
+
+def _unknown_inside(value: Any, at: str) -> list[str]:
+    if isinstance(value, BaseModel):
+        return unknown_fields(value, at)
+    if isinstance(value, (list, tuple)):
+        return [path for i, item in enumerate(value) for path in _unknown_inside(item, f"{at}{i}.")]
+    return []
 
 
 class TextPart(Strict):
@@ -166,6 +187,10 @@ class Message(Strict):
     tool_calls: Annotated[list[MessageToolCall], Field(max_length=MAX_TOOLS)] | None = None  # assistant turns
     tool_call_id: Text | None = None  # a tool's answer: the call it answers
     name: Text | None = None
+    # An assistant turn's reasoning, as thinking models' clients send it back: the chat template
+    # renders it or drops it, as the model's own template does.
+    reasoning_content: Text | None = None
+    reasoning: Text | None = None
     # None: an assistant turn that only called tools (checked after the fields above, so an error names content)
     content: Annotated[Text | list[TextPart] | None, Field(validate_default=True)] = None
 
@@ -280,6 +305,17 @@ ResponseFormat = Annotated[
 ]
 
 
+def _stops_bounded(stops: list[str]) -> list[str]:
+    if sum(len(s) for s in stops) > MAX_STOP_CHARS:
+        raise PydanticCustomError(
+            "too_long", "the stop strings hold more than {limit} characters together", {"limit": MAX_STOP_CHARS}
+        )
+    return stops
+
+
+StopList = Annotated[list[Text], Field(max_length=MAX_STOPS), AfterValidator(_stops_bounded)]
+
+
 class Sampling(Strict):
     """The fields both endpoints share."""
 
@@ -289,7 +325,7 @@ class Sampling(Strict):
     top_p: float | None = Field(default=None, ge=0.0, le=1.0)
     top_k: integer(ge=0, le=MAX_INT32) | None = None
     min_p: float | None = Field(default=None, ge=0.0, le=1.0)
-    stop: Text | Annotated[list[Text], Field(max_length=MAX_STOPS)] | None = None
+    stop: Annotated[Text, Field(max_length=MAX_STOP_CHARS)] | StopList | None = None
     seed: Int | None = None  # any integer, as OpenAI's API takes it (used modulo 2**64)
     n: integer(ge=1, le=1) | None = None
     stream: bool = False

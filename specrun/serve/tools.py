@@ -145,10 +145,14 @@ def bare_calls_schema(tools: Sequence[Mapping], parallel: bool) -> dict:
 def template_messages(messages) -> list[dict]:
     """Request messages as chat templates read them: an assistant's tool calls with their arguments
     as an object (what templates expect; a string that is not a JSON object stays a string), and a
-    tool's answer with the id of the call it answers."""
+    tool's answer with the id of the call it answers; an assistant's reasoning as templates read it
+    (`reasoning_content`), for the template to render or drop."""
     out = []
     for m in messages:
         item: dict = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+        reasoning = m.reasoning_content if m.reasoning_content is not None else m.reasoning
+        if m.role == "assistant" and reasoning:
+            item["reasoning_content"] = reasoning
         if m.role == "assistant" and m.tool_calls:
             item["tool_calls"] = [
                 {

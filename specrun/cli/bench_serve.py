@@ -125,7 +125,7 @@ def run(
     loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
     try:
         requests = workload(prompts, bench.max_tokens, bench.seed)
-        _check_fit(loaded, requests, runtime.ctx_size, bench.variables)
+        _check_fit(loaded, requests, loaded.config.ctx_size, bench.variables)
         env = environment(loaded, load_average_start=load_start)
         started = time.perf_counter()
         runs: list[dict] = []
@@ -144,7 +144,7 @@ def run(
                                 record(mode, schedule, concurrency, repetition, temperature, outcomes, makespan, share)
                             )
                             _progress(out, runs[-1])
-        compute_thread.call(judge, loaded, requests, mark_identical(runs), runtime.ctx_size, bench.variables)
+        compute_thread.call(judge, loaded, requests, mark_identical(runs), loaded.config.ctx_size, bench.variables)
         cpus = (env.get("machine") or {}).get("cpu_count") or 0
         return {
             "schema": SCHEMA,

@@ -163,8 +163,15 @@ NgramMax = Annotated[
     ),
 ]
 CtxSize = Annotated[
-    int,
-    typer.Option("--ctx-size", "-c", min=16, help="Context size in tokens (prompt + answer).", rich_help_panel=RUNTIME),
+    int | None,
+    typer.Option(
+        "--ctx-size",
+        "-c",
+        min=16,
+        help=f"Context size in tokens (prompt + answer). Default: {defaults.CTX_SIZE}; for serve, the model's "
+        "trained context, as far as the KV caches fit in half the memory available.",
+        rich_help_panel=RUNTIME,
+    ),
 ]
 Threads = Annotated[
     int, typer.Option("--threads", "-t", min=0, help="CPU threads (0: all cores).", rich_help_panel=RUNTIME)
@@ -349,7 +356,7 @@ class FramingFlags:
 class RuntimeFlags:
     """Where and how the models run: context, threads, devices and layers on them, RPC workers, memory."""
 
-    ctx_size: CtxSize = defaults.CTX_SIZE
+    ctx_size: CtxSize = None  # None: defaults.CTX_SIZE, or serve's choice (runtime.context_size)
     threads: Threads = 0
     gpu_layers: GpuLayers = "auto"
     draft_gpu_layers: DraftGpuLayers = "auto"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -12,6 +13,7 @@ import typer
 from .. import defaults
 from ..errors import EXIT_INTERRUPTED, InputError
 from ..runtime import heap
+from ..runtime.context_size import serve_context
 from ..runtime.pair import Pair
 from ..runtime.session import Offer, check_mode
 from ..serve.scheduler import SCHEDULES
@@ -194,7 +196,12 @@ def serve(
             draft_max=k_max,
             seed=None,
         )
-        loaded = Pair(pair_config(resolved, runtime), warn=out.warn)
+        config = pair_config(resolved, runtime)
+        if runtime.ctx_size is None:
+            chosen = serve_context(config.target, config.draft, parallel)
+            config = replace(config, ctx_size=chosen.n_ctx)
+            out.warn(f"specrun serve: context {chosen.n_ctx} tokens a request: {chosen.reason} (--ctx-size sets it)")
+        loaded = Pair(config, warn=out.warn)
         try:
             options = ServeOptions(
                 parallel=parallel,

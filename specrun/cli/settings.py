@@ -100,7 +100,7 @@ def pair_config(models: Resolved, runtime: RuntimeFlags) -> PairConfig:
     return PairConfig(
         models.target,
         models.draft,
-        ctx_size=runtime.ctx_size,
+        ctx_size=runtime.ctx_size or defaults.CTX_SIZE,
         threads=runtime.threads,
         gpu_layers=layers(runtime.gpu_layers, "--gpu-layers"),
         draft_gpu_layers=layers(runtime.draft_gpu_layers, "--draft-gpu-layers"),

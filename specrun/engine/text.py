@@ -16,6 +16,7 @@ class TextAssembler:
         self._hold = max((len(s) for s in self._stops), default=1) - 1
         self._pending = ""
         self.stopped = False
+        self.stopped_by: str | None = None  # the stop string that ended the text
         self.text = ""  # everything emitted so far
 
     def feed(self, piece: bytes) -> str:
@@ -33,9 +34,9 @@ class TextAssembler:
         return self._release(final=True)
 
     def _release(self, final: bool) -> str:
-        cut = min((i for i in (self._pending.find(s) for s in self._stops) if i >= 0), default=-1)
+        cut, stop = min(((i, s) for s in self._stops if (i := self._pending.find(s)) >= 0), default=(-1, None))
         if cut >= 0:
-            out, self._pending, self.stopped = self._pending[:cut], "", True
+            out, self._pending, self.stopped, self.stopped_by = self._pending[:cut], "", True, stop
         elif final or len(self._pending) <= self._hold:
             out, self._pending = (self._pending, "") if final else ("", self._pending)
         else:

@@ -19,8 +19,10 @@ import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 
+from . import anthropic
 from .schemas import error_body
 
+ANTHROPIC = "/v1/messages"  # Anthropic's Messages API: its errors in Anthropic's envelope
 PROTECTED = ("/v1/", "/metrics")  # what --api-key guards; /health stays open for load balancers
 JSON_ONLY = "/v1/"  # POSTs under this prefix must be application/json
 LOOPBACK_NAMES = {"localhost", "ip6-localhost", "ip6-loopback"}
@@ -62,9 +64,21 @@ def _header(scope: dict, name: bytes) -> bytes | None:
     return None
 
 
-async def refuse(send: Send, status: int, message: str, kind: str, code: str, headers: dict | None = None) -> None:
-    """Answer with OpenAI's error envelope, without reading the request body."""
-    body = json.dumps(error_body(message, kind, None, code)).encode()
+def envelope(
+    path: str, status: int, message: str, kind: str, param: str | None = None, code: str | None = None
+) -> dict:
+    """An error's body in the envelope of the API at `path`: Anthropic's for its Messages API,
+    OpenAI's everywhere else (OpenAI's `kind`, `param` and `code` there)."""
+    if path.startswith(ANTHROPIC):
+        return anthropic.error_body(message, anthropic.error_kind(status))
+    return error_body(message, kind, param, code)
+
+
+async def refuse(
+    scope: dict, send: Send, status: int, message: str, kind: str, code: str, headers: dict | None = None
+) -> None:
+    """Answer in the API's error envelope, without reading the request body."""
+    body = json.dumps(envelope(scope.get("path", ""), status, message, kind, None, code)).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": raw})
@@ -85,6 +99,7 @@ class LoopbackHostOnly:
                 host = host_of(text)
                 if host is None or not is_loopback(host):
                     await refuse(
+                        scope,
                         send,
                         403,
                         f"Host {text!r} is not a name of this machine: the server listens on loopback and "
@@ -98,20 +113,24 @@ class LoopbackHostOnly:
 
 
 class BearerAuth:
-    """Requests to PROTECTED paths need `Authorization: Bearer <key>`, checked before the body is read."""
+    """Requests to PROTECTED paths need `Authorization: Bearer <key>`, or `x-api-key: <key>` as
+    Anthropic's clients send it, checked before the body is read."""
 
     def __init__(self, app, key: str):
         self.app = app
-        self.expected = f"Bearer {key}".encode()
+        self.key = key.encode()
+        self.expected = b"Bearer " + self.key
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith(PROTECTED):
             given = _header(scope, b"authorization") or b""
-            if not hmac.compare_digest(given, self.expected):
+            keyed = _header(scope, b"x-api-key") or b""
+            if not (hmac.compare_digest(given, self.expected) or hmac.compare_digest(keyed, self.key)):
                 await refuse(
+                    scope,
                     send,
                     401,
-                    "invalid or missing API key (send Authorization: Bearer <key>)",
+                    "invalid or missing API key (send Authorization: Bearer <key>, or x-api-key: <key>)",
                     "authentication_error",
                     "invalid_api_key",
                 )
@@ -131,6 +150,7 @@ class JsonOnly:
             if given.split(";", 1)[0].strip().lower() != "application/json":
                 shown = f"Content-Type {given!r}" if given else "no Content-Type"
                 await refuse(
+                    scope,
                     send,
                     415,
                     f"the request body must be JSON sent with Content-Type: application/json ({shown} was sent)",
@@ -162,7 +182,7 @@ class BodyLimit:
         length = (_header(scope, b"content-length") or b"").strip()
         if length.isdigit() and int(length) > self.limit:
             await refuse(
-                send, 413, self._message(), "invalid_request_error", "request_too_large", {"Connection": "close"}
+                scope, send, 413, self._message(), "invalid_request_error", "request_too_large", {"Connection": "close"}
             )
             return
         received = 0
@@ -180,6 +200,7 @@ class BodyLimit:
                     refused = True
                     if not started:
                         await refuse(
+                            scope,
                             send,
                             413,
                             self._message(),

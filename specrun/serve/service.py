@@ -29,9 +29,11 @@ from ..runtime.pair import Pair
 from ..runtime.session import Session
 from .metrics import Metrics
 from .requests import Job
-from .schemas import MAX_TOKENS_FIELDS, ChatRequest, CompletionRequest, Sampling
+from .schemas import ChatRequest, CompletionRequest, Sampling
 from .tools import ToolRequestError, call_constraint, template_messages, tool_use, unread_syntax_note
 from .worker import Worker
+
+UNKNOWN_FIELDS_NAMED = 1024  # unknown fields named in the log at most: a client cannot fill it
 
 
 class RequestError(Exception):
@@ -97,6 +99,7 @@ class Service:
         self.tool_markers = self._special_tokens(self.tool_syntax)
         self._warn = warn
         self._unread_syntax_said = False
+        self._unknown_said: set[tuple[str, str]] = set()  # (route, field) already named in the log
         # The cache of every finished request is kept for a follow-up: as many sequences again as decode together.
         # Caches given up beyond those are saved to host RAM, up to --cache-ram.
         self.session = Session(
@@ -180,8 +183,32 @@ class Service:
 
     # -- requests → jobs ---------------------------------------------------------------------
 
+    def note_unknown(self, fields: list[str], route: str) -> None:
+        """Name in the log, once per route and field (an item's index written `*`), the fields a
+        client sent that this server does not know and so ignores."""
+        named = {".".join("*" if part.isdigit() else part for part in f.split(".")) for f in fields}
+        new = sorted(f for f in named if (route, f) not in self._unknown_said)
+        if not new or len(self._unknown_said) >= UNKNOWN_FIELDS_NAMED:
+            return
+        self._unknown_said.update((route, f) for f in new)
+        if self._warn is not None:
+            self._warn(f"specrun serve: note: {route} ignores fields it does not know: {', '.join(new)}")
+
+    def note_left_out(self, names: list[str], route: str) -> None:
+        """Name in the log, once per route and name, the hosted tools (web search, code
+        interpreter...) a request declared that this server cannot run and left out of the prompt."""
+        new = sorted({n for n in names if (route, "tool:" + n) not in self._unknown_said})
+        if not new or len(self._unknown_said) >= UNKNOWN_FIELDS_NAMED:
+            return
+        self._unknown_said.update((route, "tool:" + n) for n in new)
+        if self._warn is not None:
+            self._warn(f"specrun serve: note: {route} leaves out tools this server cannot run: {', '.join(new)}")
+
+    def count_chat_tokens(self, body: ChatRequest) -> int:
+        """The prompt tokens a chat request makes, as the engine would read them."""
+        return len(self.chat_job(body).prompt)
+
     def chat_job(self, body: ChatRequest) -> Job:
-        self._check_limits(body)
         messages = template_messages(body.messages)
         variables = body.chat_template_kwargs or {}
         reserved = sorted(set(variables) & set(RESERVED))
@@ -247,7 +274,6 @@ class Service:
         return tuple(self.pair.chat_format.boundaries(messages, tokens, variables=variables))
 
     def completion_job(self, body: CompletionRequest) -> Job:
-        self._check_limits(body)
         text = body.text()
         if not text:
             raise RequestError("the prompt is empty", "prompt")
@@ -257,19 +283,6 @@ class Service:
         return self._job(
             "completion", tokens, body, "prompt", limit if limit is not None else defaults.COMPLETION_MAX_TOKENS
         )
-
-    def _check_limits(self, body: Sampling) -> None:
-        """max_tokens (and max_completion_tokens) at most the context: an answer cannot be longer."""
-        for name in MAX_TOKENS_FIELDS:
-            value = getattr(body, name, None)
-            if value is not None and value > self.ctx_size:
-                shown = str(value) if value < 10**12 else f"a {len(str(value))}-digit number"
-                raise RequestError(
-                    f"{name} is {shown} but each request's context holds {self.ctx_size} tokens: at most "
-                    f"{self.ctx_size} (or start the server with a larger --ctx-size)",
-                    name,
-                    "max_tokens_too_large",
-                )
 
     def _check_bytes(self, n_bytes: int, param: str) -> None:
         """Refuse, before tokenizing, a prompt too long in bytes to fit the context in tokens."""
@@ -294,6 +307,8 @@ class Service:
                 param,
                 "context_length_exceeded",
             ) from None
+        room = self.ctx_size - len(tokens)  # a longer answer is cut where the context ends ("length")
+        given = None if max_tokens is None else min(max_tokens, room)
         base = self.options.base
         filters = base.sampling
         sampling = SamplingParams(
@@ -308,7 +323,7 @@ class Service:
         constraint, constraint_param = self._constraint(body)
         settings = replace(
             base,
-            max_tokens=max_tokens if max_tokens is not None else self.ctx_size,
+            max_tokens=room if given is None else given,
             sampling=sampling,
             seed=seed,
             stop=body.stops(),
@@ -319,7 +334,7 @@ class Service:
             kind,
             tokens,
             settings,
-            max_tokens_given=max_tokens,
+            max_tokens_given=given,
             given=self._given(tokens, body),
             constraint_param=constraint_param,
         )

@@ -74,6 +74,7 @@ class Event:
     error: str | None = None
     message: str | None = None
     param: str | None = None
+    stop_sequence: str | None = None  # on the last event: the stop string that ended the answer
 
 
 class Handle:
@@ -401,7 +402,15 @@ class Worker:
         )
         prediction = handle.job.given.get(defaults.PREDICTION)
         self._send(
-            handle, Event(update.text, update.tokens, True, finish_reason(gen), report(gen, prediction=prediction))
+            handle,
+            Event(
+                update.text,
+                update.tokens,
+                True,
+                finish_reason(gen),
+                report(gen, prediction=prediction),
+                stop_sequence=gen.text.stopped_by,
+            ),
         )
 
     def _fail(

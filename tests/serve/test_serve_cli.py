@@ -36,6 +36,24 @@ def test_ctrl_c_stops_the_server_with_exit_130(tiny_target):
 
 
 @pytest.mark.slow
+def test_without_ctx_size_a_request_gets_the_models_trained_context(tmp_path):
+    from tiny_models import write_tiny_gguf
+
+    target = write_tiny_gguf(tmp_path / "long.gguf", seed=0, context_length=2048)
+    process, url, lines = start("-m", str(target), "-md", "none", "-t", "1", "--parallel", "1")
+    try:
+        said = "".join(lines)
+        assert "context 2048 tokens a request: the model's trained context" in said, said
+        api = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=WAIT)
+        answer = api.completions.create(model="x", prompt="x " * 500, max_tokens=1, temperature=0)
+        assert answer.usage.prompt_tokens > 512  # more than the tiny model's own test context
+        with pytest.raises(openai.BadRequestError, match=r"the context holds 2048 .*--ctx-size"):
+            api.completions.create(model="x", prompt="x " * 1500, max_tokens=1)
+    finally:
+        stop(process, signal.SIGTERM)
+
+
+@pytest.mark.slow
 def test_listening_beyond_loopback_without_a_key_warns(tiny_target):
     process, url, lines = start("-m", str(tiny_target), "-md", "none", "-c", "512", "-t", "1", "--host", "0.0.0.0")
     try:

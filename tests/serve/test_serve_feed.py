@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from specrun.serve.app import Feed
+from specrun.serve.answers import Feed
 from specrun.serve.worker import Event
 
 STEPS = [Event("Hel", [1]), Event("lo", [2, 3]), Event(", wor", [4])]

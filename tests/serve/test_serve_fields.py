@@ -215,19 +215,48 @@ def test_neutral_values_and_harmless_fields_are_accepted(server):
     assert post(server.url, COMPLETIONS, completion).status_code == 200
 
 
-@pytest.mark.parametrize(
-    "path, body, param",
-    [
-        (CHAT, {"messages": HI, "mirostat": 2}, "mirostat"),
-        (CHAT, {"messages": HI, "max_tokens": 2, "repeat_penalty": 1.3}, "repeat_penalty"),
-        (CHAT, {"messages": [{"role": "user", "content": "hi", "weight": 2}]}, "messages.0.weight"),
-        (COMPLETIONS, {"prompt": "abc", "n_probs": 3}, "n_probs"),
-        (CHAT, {"messages": HI, "response_format": {"type": "json_object", "schema": {}}}, "response_format.schema"),
-    ],
-)
-def test_an_unknown_field_is_a_400_naming_it(server, path, body, param):
-    error = refused(post(server.url, path, body), param, "unknown_parameter")
-    assert "unknown parameter" in error["message"]
+UNKNOWN = [
+    (CHAT, {"messages": HI, "max_tokens": 2, "mirostat": 2}, "mirostat"),
+    (CHAT, {"messages": HI, "max_tokens": 2, "repeat_penalty": 1.3}, "repeat_penalty"),
+    (CHAT, {"messages": [{"role": "user", "content": "hi", "weight": 2}], "max_tokens": 2}, "messages.*.weight"),
+    (COMPLETIONS, {"prompt": "abc", "max_tokens": 2, "n_probs": 3}, "n_probs"),
+    (
+        CHAT,
+        {"messages": HI, "max_tokens": 2, "response_format": {"type": "json_object", "schema": {}}},
+        "response_format.schema",
+    ),
+]
+
+
+def test_an_unknown_field_is_ignored_and_named_once_in_the_log(pair):
+    said: list[str] = []
+    with served(pair, costs=FLAT_COSTS, mode="off", warn=said.append) as running:
+        for path, body, name in UNKNOWN:
+            for _ in range(2):
+                response = post(running.url, path, body)
+                assert response.status_code == 200, response.text
+            named = [line for line in said if name in line.split(": ")[-1].split(", ")]
+            assert len(named) == 1 and path in named[0], said
+
+
+def test_a_known_field_keeps_its_strict_type(server):
+    refused(post(server.url, CHAT, {"messages": HI, "max_tokens": "2"}), "max_tokens")
+    refused(post(server.url, CHAT, {"messages": [{"role": "user", "content": 5}]}), "messages.0.content")
+
+
+def test_long_stop_lists_are_taken_and_bounded(server):
+    nine = [f"<stop{i}>" for i in range(9)]
+    assert post(server.url, CHAT, {"messages": HI, "max_tokens": 2, "stop": nine}).status_code == 200
+    assert post(server.url, COMPLETIONS, {"prompt": "abc", "max_tokens": 2, "stop": nine * 10}).status_code == 200
+    refused(post(server.url, CHAT, {"messages": HI, "stop": ["x"] * 129}), "stop", named=False)
+    refused(post(server.url, CHAT, {"messages": HI, "stop": ["x" * 9000, "y" * 9000]}), "stop", named=False)
+    refused(post(server.url, CHAT, {"messages": HI, "stop": "x" * 20000}), "stop", named=False)
+
+
+def test_an_assistant_turn_may_carry_its_reasoning(server):
+    for key in ("reasoning_content", "reasoning"):
+        history = [*HI, {"role": "assistant", "content": "hello", key: "they greet me"}, *HI]
+        assert post(server.url, CHAT, {"messages": history, "max_tokens": 2}).status_code == 200
 
 
 @pytest.mark.parametrize(

@@ -72,13 +72,15 @@ def served(
     costs: dict | None = None,
     draft_costs: dict | None = None,
     host: str = "127.0.0.1",
+    warn=None,
     **options,
 ) -> Iterator[BackgroundServer]:
     """A running server for `pair` on `host` (ServeOptions fields as keywords; `base` defaults to
-    greedy-friendly settings); stopped, with its gate opened, on exit."""
+    greedy-friendly settings; `warn` receives what the server logs); stopped, with its gate
+    opened, on exit."""
     options.setdefault("base", GenerationSettings())
     seeded = costs_of(costs, draft_costs) if costs is not None else None
-    service = Service(pair, ServeOptions(**options), costs=seeded, before_step=gate)
+    service = Service(pair, ServeOptions(**options), costs=seeded, before_step=gate, warn=warn)
     server = BackgroundServer(service, host=host)
     try:
         yield server

@@ -1,0 +1,137 @@
+"""OpenAI's Responses API on the server: POST /v1/responses (whole or streamed) and
+/v1/responses/input_tokens, each body turned into a chat request (responses.py) and answered by the
+same engine, template, tool reader, constraints and prompt cache as /v1/chat/completions.
+
+Stateless as Codex uses it (`store: false`, the whole conversation in `input`), with a bounded
+store in memory of recent conversations for `previous_response_id`. While a long prompt is read
+the stream sends an SSE comment now and then, so that the client sees a live server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from .. import defaults
+from . import responses
+from .answers import ApiError, ChatAnswer, ClientGone, with_keepalive
+from .schemas import unknown_fields
+from .service import RequestError, Service
+from .validation import chat_request
+
+ROUTE = "/v1/responses"
+CLIENT_GONE = 499
+KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: every client's parser skips it
+
+
+def _converted(service: Service, store: responses.ResponseStore, body: responses.Prompt) -> responses.Conversion:
+    try:
+        conversion = responses.chat_body(body, responses.resolve_previous(store, body))
+    except responses.AdapterError as error:
+        raise ApiError(400, error.message, "invalid_request_error", error.param) from None
+    if conversion.left_out:
+        service.note_left_out(conversion.left_out, ROUTE)
+    return conversion
+
+
+class Assembled:
+    """A streamed answer's chat message, put together from its deltas (for the store)."""
+
+    def __init__(self):
+        self.content = ""
+        self.reasoning = ""
+        self.calls: dict[int, dict] = {}
+
+    def add(self, delta: dict) -> None:
+        self.content += delta.get("content") or ""
+        self.reasoning += delta.get("reasoning_content") or ""
+        for piece in delta.get("tool_calls") or []:
+            call = self.calls.setdefault(
+                piece["index"], {"id": piece.get("id"), "type": "function", "function": {"name": "", "arguments": ""}}
+            )
+            function = piece.get("function") or {}
+            call["function"]["name"] += function.get("name") or ""
+            call["function"]["arguments"] += function.get("arguments") or ""
+
+    def message(self) -> dict:
+        message: dict = {"role": "assistant", "content": self.content or None}
+        if self.reasoning:
+            message["reasoning_content"] = self.reasoning
+        if self.calls:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        return message
+
+
+def install(app: FastAPI, service: Service) -> None:
+    """Add the Responses API's routes to `app`, with the store of recent conversations."""
+    store = responses.ResponseStore(defaults.RESPONSES_KEPT, defaults.RESPONSES_KEPT_MIB * 2**20)
+
+    def keep(response_id: str, body: responses.ResponsesRequest, conversion, message: dict) -> None:
+        if body.store is not False:
+            store.put(response_id, responses.messages_for_store(conversion, message))
+
+    @app.post(ROUTE)
+    async def create(body: responses.ResponsesRequest, request: Request):
+        service.note_unknown(unknown_fields(body), ROUTE)
+        conversion = _converted(service, store, body)
+        chat = chat_request(conversion.body)
+        response_id, created = responses.new_response_id(), int(time.time())
+        model = body.model or service.model_name
+        try:
+            answer = await ChatAnswer.start(service, chat, request)
+            if not chat.stream:
+                whole = await answer.whole(request)
+        except ClientGone:
+            return Response(status_code=CLIENT_GONE)
+        if not chat.stream:
+            keep(response_id, body, conversion, whole.message)
+            return responses.response_object(
+                response_id=response_id,
+                model=model,
+                created=created,
+                request=body,
+                message=whole.message,
+                finish_reason=whole.end.finish_reason,
+                usage=whole.end.report.get("usage"),
+            )
+        stream = responses.ResponseStream(response_id=response_id, model=model, created=created, request=body)
+        assembled = Assembled()
+
+        async def events() -> AsyncIterator[str]:
+            try:
+                for event in stream.start():
+                    yield responses.sse(event)
+                async for piece in with_keepalive(answer.pieces(), defaults.SERVE_KEEPALIVE_S):
+                    if piece is None:
+                        yield KEEPALIVE
+                        continue
+                    out = []
+                    for delta in piece.deltas:
+                        assembled.add(delta)
+                        out += stream.delta(delta)
+                    if piece.end is not None:
+                        keep(response_id, body, conversion, assembled.message())
+                        out += stream.finish(piece.end.finish_reason, piece.end.report.get("usage"))
+                    for event in out:
+                        yield responses.sse(event)
+            except ApiError as error:
+                for event in stream.error(error.message, error.code or error.kind):
+                    yield responses.sse(event)
+            finally:
+                answer.cancel()
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    @app.post(ROUTE + "/input_tokens")
+    async def input_tokens(body: responses.InputTokensRequest):
+        service.note_unknown(unknown_fields(body), ROUTE + "/input_tokens")
+        chat = chat_request(_converted(service, store, body).body)
+        try:
+            n = await run_in_threadpool(service.count_chat_tokens, chat)
+        except RequestError as error:
+            raise ApiError(400, error.message, "invalid_request_error", error.param, error.code) from None
+        return responses.input_tokens_body(n)

@@ -51,6 +51,22 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+def renamed(error: ApiError, names: dict[str, str]) -> ApiError:
+    """`error` with its field named as another API calls it (`names`: chat's top-level field →
+    that API's): the param, and the message where it opens with the param."""
+    if error.param is None:
+        return error
+    head, dot, rest = error.param.partition(".")
+    if head not in names:
+        return error
+    param = names[head] + dot + rest
+    message = error.message
+    if message.startswith(error.param + ":"):
+        message = param + message[len(error.param) :]
+    message = message.replace(f"{head}.", f"{names[head]}.")
+    return ApiError(error.status, message, error.kind, param, error.code, error.headers)
+
+
 class ClientGone(Exception):
     """The client closed the connection before its answer was ready (the request is cancelled)."""
 

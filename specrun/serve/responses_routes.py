@@ -18,12 +18,19 @@ from starlette.concurrency import run_in_threadpool
 
 from .. import defaults
 from . import responses
-from .answers import ApiError, ChatAnswer, ClientGone, with_keepalive
+from .answers import ApiError, ChatAnswer, ClientGone, renamed, with_keepalive
 from .schemas import unknown_fields
 from .service import RequestError, Service
 from .validation import chat_request
 
 ROUTE = "/v1/responses"
+CHAT_NAMES = {  # chat's fields that name the Responses request's own in an error
+    "messages": "input",
+    "response_format": "text.format",
+    "max_tokens": "max_output_tokens",
+    "tool_choice": "tool_choice",
+    "tools": "tools",
+}
 CLIENT_GONE = 499
 KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: every client's parser skips it
 
@@ -78,15 +85,17 @@ def install(app: FastAPI, service: Service) -> None:
     async def create(body: responses.ResponsesRequest, request: Request):
         service.note_unknown(unknown_fields(body), ROUTE)
         conversion = _converted(service, store, body)
-        chat = chat_request(conversion.body)
         response_id, created = responses.new_response_id(), int(time.time())
         model = body.model or service.model_name
         try:
+            chat = chat_request(conversion.body)
             answer = await ChatAnswer.start(service, chat, request)
             if not chat.stream:
                 whole = await answer.whole(request)
         except ClientGone:
             return Response(status_code=CLIENT_GONE)
+        except ApiError as error:
+            raise renamed(error, CHAT_NAMES) from None
         if not chat.stream:
             keep(response_id, body, conversion, whole.message)
             return responses.response_object(
@@ -129,9 +138,12 @@ def install(app: FastAPI, service: Service) -> None:
     @app.post(ROUTE + "/input_tokens")
     async def input_tokens(body: responses.InputTokensRequest):
         service.note_unknown(unknown_fields(body), ROUTE + "/input_tokens")
-        chat = chat_request(_converted(service, store, body).body)
+        conversion = _converted(service, store, body)
         try:
-            n = await run_in_threadpool(service.count_chat_tokens, chat)
+            n = await run_in_threadpool(service.count_chat_tokens, chat_request(conversion.body))
         except RequestError as error:
-            raise ApiError(400, error.message, "invalid_request_error", error.param, error.code) from None
+            refused = ApiError(400, error.message, "invalid_request_error", error.param, error.code)
+            raise renamed(refused, CHAT_NAMES) from None
+        except ApiError as error:
+            raise renamed(error, CHAT_NAMES) from None
         return responses.input_tokens_body(n)

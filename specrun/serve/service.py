@@ -205,37 +205,12 @@ class Service:
             self._warn(f"specrun serve: note: {route} leaves out tools this server cannot run: {', '.join(new)}")
 
     def count_chat_tokens(self, body: ChatRequest) -> int:
-        """The prompt tokens a chat request makes, as the engine would read them."""
-        return len(self.chat_job(body).prompt)
+        """The prompt tokens a chat request makes, as the engine would read them, however many
+        (a client asks to learn whether its conversation has outgrown the context)."""
+        return len(self._chat_prompt(body, bounded=False)[3].tokens)
 
     def chat_job(self, body: ChatRequest) -> Job:
-        messages = template_messages(body.messages)
-        variables = body.chat_template_kwargs or {}
-        reserved = sorted(set(variables) & set(RESERVED))
-        if reserved:
-            raise RequestError(
-                f"chat_template_kwargs may not set {reserved[0]!r} (the request itself sets it)", "chat_template_kwargs"
-            )
-        self._check_bytes(sum(len(m["content"].encode("utf-8")) for m in messages), "messages")
-        try:
-            use = tool_use(
-                [t.model_dump(exclude_none=True) for t in body.tools or []],
-                body.tool_choice.model_dump() if hasattr(body.tool_choice, "model_dump") else body.tool_choice,
-                body.parallel_tool_calls,
-                self.tool_syntax,
-            )
-        except ToolRequestError as error:
-            raise RequestError(str(error), error.param, "invalid_tools") from None
-        if use is not None:
-            self._check_bytes(len(json.dumps(list(use.tools))), "tools")
-            if use.syntax is None and not self._unread_syntax_said:
-                self._unread_syntax_said = True
-                if self._warn is not None:
-                    self._warn(unread_syntax_note(self.pair.target_model.path.name))
-        try:
-            prompt = self.pair.chat_format.prompt(messages, variables=variables, tools=use.tools if use else None)
-        except SpecrunError as error:
-            raise RequestError(f"{error.message}; use /v1/completions with a formatted prompt", "messages") from None
+        messages, variables, use, prompt = self._chat_prompt(body)
         job = self._job("chat", prompt.tokens, body, "messages", body.answer_limit())
         if use is not None and use.required and job.settings.constraint is not None:
             raise RequestError(
@@ -255,6 +230,41 @@ class Service:
         return replace(
             job, reasoning=prompt.tags, inside_reasoning=prompt.inside_reasoning, boundaries=boundaries, tools=use
         )
+
+    def _chat_prompt(self, body: ChatRequest, bounded: bool = True):
+        """The template's messages, its variables, the request's tool use and the rendered prompt;
+        `bounded`: a conversation of more bytes than the context can hold is refused before it is
+        rendered."""
+        messages = template_messages(body.messages)
+        variables = body.chat_template_kwargs or {}
+        reserved = sorted(set(variables) & set(RESERVED))
+        if reserved:
+            raise RequestError(
+                f"chat_template_kwargs may not set {reserved[0]!r} (the request itself sets it)", "chat_template_kwargs"
+            )
+        if bounded:
+            self._check_bytes(sum(len(m["content"].encode("utf-8")) for m in messages), "messages")
+        try:
+            use = tool_use(
+                [t.model_dump(exclude_none=True) for t in body.tools or []],
+                body.tool_choice.model_dump() if hasattr(body.tool_choice, "model_dump") else body.tool_choice,
+                body.parallel_tool_calls,
+                self.tool_syntax,
+            )
+        except ToolRequestError as error:
+            raise RequestError(str(error), error.param, "invalid_tools") from None
+        if use is not None:
+            if bounded:
+                self._check_bytes(len(json.dumps(list(use.tools))), "tools")
+            if use.syntax is None and not self._unread_syntax_said:
+                self._unread_syntax_said = True
+                if self._warn is not None:
+                    self._warn(unread_syntax_note(self.pair.target_model.path.name))
+        try:
+            prompt = self.pair.chat_format.prompt(messages, variables=variables, tools=use.tools if use else None)
+        except SpecrunError as error:
+            raise RequestError(f"{error.message}; use /v1/completions with a formatted prompt", "messages") from None
+        return messages, variables, use, prompt
 
     def _special_tokens(self, syntax: ToolSyntax | None) -> dict[str, int]:
         """The call syntax's markers that are single tokens of the model's vocabulary, by text."""

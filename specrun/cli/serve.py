@@ -62,7 +62,8 @@ ApiKey = Annotated[
     typer.Option(
         "--api-key",
         envvar="SPECRUN_API_KEY",
-        help="Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on /v1 and /metrics (also read from SPECRUN_API_KEY).",
+        help="Require 'Authorization: Bearer KEY' or 'x-api-key: KEY' on /v1 and /metrics (also read from "
+        "SPECRUN_API_KEY).",
         rich_help_panel=SERVER,
     ),
 ]
@@ -159,7 +160,8 @@ def serve(
     lookup_pool: LookupPool = "on",
     quiet: opt.Quiet = False,
 ) -> None:
-    """Serve the models over OpenAI's API (chat, completions, Responses) and Anthropic's Messages API, with /health and /metrics."""
+    """Serve the models over OpenAI's API (chat, completions, Responses) and Anthropic's Messages API,
+    with /health and /metrics."""
     from ..serve.server import bind, is_loopback, url_of  # fastapi and uvicorn load only here
     from ..serve.server import serve as serve_forever
     from ..serve.service import ServeOptions, Service

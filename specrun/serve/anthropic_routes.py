@@ -15,7 +15,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from .. import defaults
-from . import anthropic
+from . import anthropic, anthropic_render
 from .answers import ApiError, ChatAnswer, ClientGone, with_keepalive
 from .schemas import ChatRequest, new_id, unknown_fields
 from .service import RequestError, Service
@@ -53,7 +53,7 @@ def install(app: FastAPI, service: Service) -> None:
         except ClientGone:
             return Response(status_code=CLIENT_GONE)
         if not chat.stream:
-            return anthropic.message_response(
+            return anthropic_render.message_response(
                 message_id=message_id,
                 model=model,
                 message=whole.message,
@@ -61,25 +61,25 @@ def install(app: FastAPI, service: Service) -> None:
                 usage=whole.end.report.get("usage", {}),
                 stop_sequence=whole.end.stop_sequence,
             )
-        stream = anthropic.MessageStream(message_id=message_id, model=model, input_tokens=answer.prompt_tokens)
+        stream = anthropic_render.MessageStream(message_id=message_id, model=model, input_tokens=answer.prompt_tokens)
 
         async def events() -> AsyncIterator[str]:
             try:
                 for name, data in stream.start():
-                    yield anthropic.sse(name, data)
+                    yield anthropic_render.sse(name, data)
                 async for piece in with_keepalive(answer.pieces(), defaults.SERVE_KEEPALIVE_S):
                     if piece is None:
-                        yield anthropic.sse("ping", {"type": "ping"})
+                        yield anthropic_render.sse("ping", {"type": "ping"})
                         continue
                     out = [event for delta in piece.deltas for event in stream.delta(delta)]
                     if piece.end is not None:
                         end = piece.end
                         out += stream.finish(end.finish_reason, end.report.get("usage", {}), end.stop_sequence)
                     for name, data in out:
-                        yield anthropic.sse(name, data)
+                        yield anthropic_render.sse(name, data)
             except ApiError as error:
-                for name, data in stream.error(error.message, anthropic.error_kind(error.status)):
-                    yield anthropic.sse(name, data)
+                for name, data in stream.error(error.message, anthropic_render.error_kind(error.status)):
+                    yield anthropic_render.sse(name, data)
             finally:
                 answer.cancel()
 

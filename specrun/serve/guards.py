@@ -19,7 +19,7 @@ import ipaddress
 import json
 from collections.abc import Awaitable, Callable
 
-from . import anthropic
+from . import anthropic_render
 from .schemas import error_body
 
 ANTHROPIC = "/v1/messages"  # Anthropic's Messages API: its errors in Anthropic's envelope
@@ -70,7 +70,7 @@ def envelope(
     """An error's body in the envelope of the API at `path`: Anthropic's for its Messages API,
     OpenAI's everywhere else (OpenAI's `kind`, `param` and `code` there)."""
     if path.startswith(ANTHROPIC):
-        return anthropic.error_body(message, anthropic.error_kind(status))
+        return anthropic_render.error_body(message, anthropic_render.error_kind(status))
     return error_body(message, kind, param, code)
 
 

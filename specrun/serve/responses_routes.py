@@ -17,7 +17,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from .. import defaults
-from . import responses
+from . import responses, responses_render, responses_request
 from .answers import ApiError, ChatAnswer, ClientGone, renamed, with_keepalive
 from .schemas import unknown_fields
 from .service import RequestError, Service
@@ -35,7 +35,9 @@ CLIENT_GONE = 499
 KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: every client's parser skips it
 
 
-def _converted(service: Service, store: responses.ResponseStore, body: responses.Prompt) -> responses.Conversion:
+def _converted(
+    service: Service, store: responses.ResponseStore, body: responses_request.Prompt
+) -> responses.Conversion:
     try:
         conversion = responses.chat_body(body, responses.resolve_previous(store, body))
     except responses.AdapterError as error:
@@ -77,15 +79,15 @@ def install(app: FastAPI, service: Service) -> None:
     """Add the Responses API's routes to `app`, with the store of recent conversations."""
     store = responses.ResponseStore(defaults.RESPONSES_KEPT, defaults.RESPONSES_KEPT_MIB * 2**20)
 
-    def keep(response_id: str, body: responses.ResponsesRequest, conversion, message: dict) -> None:
+    def keep(response_id: str, body: responses_request.ResponsesRequest, conversion, message: dict) -> None:
         if body.store is not False:
             store.put(response_id, responses.messages_for_store(conversion, message))
 
     @app.post(ROUTE)
-    async def create(body: responses.ResponsesRequest, request: Request):
+    async def create(body: responses_request.ResponsesRequest, request: Request):
         service.note_unknown(unknown_fields(body), ROUTE)
         conversion = _converted(service, store, body)
-        response_id, created = responses.new_response_id(), int(time.time())
+        response_id, created = responses_render.new_response_id(), int(time.time())
         model = body.model or service.model_name
         try:
             chat = chat_request(conversion.body)
@@ -98,7 +100,7 @@ def install(app: FastAPI, service: Service) -> None:
             raise renamed(error, CHAT_NAMES) from None
         if not chat.stream:
             keep(response_id, body, conversion, whole.message)
-            return responses.response_object(
+            return responses_render.response_object(
                 response_id=response_id,
                 model=model,
                 created=created,
@@ -107,13 +109,13 @@ def install(app: FastAPI, service: Service) -> None:
                 finish_reason=whole.end.finish_reason,
                 usage=whole.end.report.get("usage"),
             )
-        stream = responses.ResponseStream(response_id=response_id, model=model, created=created, request=body)
+        stream = responses_render.ResponseStream(response_id=response_id, model=model, created=created, request=body)
         assembled = Assembled()
 
         async def events() -> AsyncIterator[str]:
             try:
                 for event in stream.start():
-                    yield responses.sse(event)
+                    yield responses_render.sse(event)
                 async for piece in with_keepalive(answer.pieces(), defaults.SERVE_KEEPALIVE_S):
                     if piece is None:
                         yield KEEPALIVE
@@ -126,17 +128,17 @@ def install(app: FastAPI, service: Service) -> None:
                         keep(response_id, body, conversion, assembled.message())
                         out += stream.finish(piece.end.finish_reason, piece.end.report.get("usage"))
                     for event in out:
-                        yield responses.sse(event)
+                        yield responses_render.sse(event)
             except ApiError as error:
                 for event in stream.error(error.message, error.code or error.kind):
-                    yield responses.sse(event)
+                    yield responses_render.sse(event)
             finally:
                 answer.cancel()
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
     @app.post(ROUTE + "/input_tokens")
-    async def input_tokens(body: responses.InputTokensRequest):
+    async def input_tokens(body: responses_request.InputTokensRequest):
         service.note_unknown(unknown_fields(body), ROUTE + "/input_tokens")
         conversion = _converted(service, store, body)
         try:
@@ -146,4 +148,4 @@ def install(app: FastAPI, service: Service) -> None:
             raise renamed(refused, CHAT_NAMES) from None
         except ApiError as error:
             raise renamed(error, CHAT_NAMES) from None
-        return responses.input_tokens_body(n)
+        return responses_render.input_tokens_body(n)

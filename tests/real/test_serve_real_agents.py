@@ -1,5 +1,6 @@
 """Anthropic's Messages API and OpenAI's Responses API on the real Qwen2.5-Coder pair, through the
-official SDKs: a greedy answer equals chat's for the same conversation, whole and streamed; a
+official SDKs: a greedy answer equals chat's for the same conversation, whole and streamed (or
+parts from it only at measured near-ties); a
 required tool call comes back in Qwen's own syntax as a tool_use block / function_call item whose
 input validates, and its result sent back is answered; count_tokens is what the engine reads."""
 
@@ -14,6 +15,7 @@ import openai
 import pytest
 from serve_helpers import WAIT, served
 
+from specrun.engine.identity import check_output, logit_noise, tolerance_from_noise
 from specrun.runtime.pair import Pair, PairConfig
 
 pytestmark = pytest.mark.real
@@ -41,21 +43,42 @@ def server(real_pair_paths):
 
 
 def chat_text(server, messages: list[dict]) -> str:
+    """Chat's greedy answer once the prompt is in the prompt cache, as it is for the requests
+    compared with it (read cold, its first token may part at a near-tie of batched and
+    single-token kernels)."""
     body = {"messages": messages, "max_tokens": TOKENS, "temperature": 0}
-    response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=WAIT * 10)
+    for _ in range(2):
+        response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=WAIT * 10)
     return response.json()["choices"][0]["message"]["content"]
 
 
-def test_messages_answer_as_chat_does_and_call_a_tool(server):
+def assert_targets_answer(paths, system: str, text: str, expected: str) -> None:
+    """`text` is chat's `expected`, or every token of it is the target's own choice or a measured
+    near-tie of batched and single-token kernels (engine/identity.py)."""
+    if text == expected:
+        return
+    checker = Pair(PairConfig(paths[0], None, ctx_size=CTX))
+    try:
+        prompt = checker.prompt_tokens(ASK, system=system)
+        tokens = checker.target_model.tokenize(text, add_special=False, parse_special=False)
+        tolerance = tolerance_from_noise(logit_noise(checker.target_ctx, prompt))
+        verdict = check_output(checker.target_ctx, prompt, tokens, tolerance)
+    finally:
+        checker.close()
+    assert not verdict.violations and verdict.ties, (text, expected, verdict.to_dict())
+
+
+def test_messages_answer_as_chat_does_and_call_a_tool(server, real_pair_paths):
     client = anthropic.Anthropic(base_url=server.url, api_key="x", max_retries=0, timeout=WAIT * 10)
     system = "You are terse."
     expected = chat_text(server, [{"role": "system", "content": system}, {"role": "user", "content": ASK}])
     greedy = {"extra_body": {"temperature": 0}}  # the SDK no longer names it; the API still takes it
     ask = {"model": "qwen", "max_tokens": TOKENS, "system": system, **greedy}
     message = client.messages.create(**ask, messages=[{"role": "user", "content": ASK}])
-    assert message.content[0].text == expected and message.stop_reason == "max_tokens"
+    assert message.stop_reason == "max_tokens"
+    assert_targets_answer(real_pair_paths, system, message.content[0].text, expected)
     with client.messages.stream(**ask, messages=[{"role": "user", "content": ASK}]) as stream:
-        assert stream.get_final_message().content[0].text == expected
+        assert_targets_answer(real_pair_paths, system, stream.get_final_message().content[0].text, expected)
     counted = client.messages.count_tokens(model="qwen", system=system, messages=[{"role": "user", "content": ASK}])
     usage = message.usage
     assert counted.input_tokens == usage.input_tokens + (usage.cache_read_input_tokens or 0)
@@ -79,15 +102,17 @@ def test_messages_answer_as_chat_does_and_call_a_tool(server):
     assert answered.content and answered.stop_reason in ("end_turn", "max_tokens")
 
 
-def test_responses_answer_as_chat_does_and_call_a_tool(server):
+def test_responses_answer_as_chat_does_and_call_a_tool(server, real_pair_paths):
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=WAIT * 10)
     expected = chat_text(server, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": ASK}])
     ask = {"model": "qwen", "instructions": "Be brief.", "input": ASK, "max_output_tokens": TOKENS, "temperature": 0}
     response = client.responses.create(**ask)
-    assert response.output_text == expected and response.status == "incomplete"
+    assert response.status == "incomplete"
+    assert_targets_answer(real_pair_paths, "Be brief.", response.output_text, expected)
     with client.responses.stream(**ask) as stream:  # cut by max_output_tokens: it ends "incomplete", not "completed"
         last = [event for event in stream][-1]
-    assert last.type == "response.incomplete" and last.response.output_text == expected
+    assert last.type == "response.incomplete"
+    assert_targets_answer(real_pair_paths, "Be brief.", last.response.output_text, expected)
 
     tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER_SCHEMA}, {"type": "web_search"}]
     turn = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -103,4 +128,4 @@ def test_responses_answer_as_chat_does_and_call_a_tool(server):
         {"type": "function_call_output", "call_id": call.call_id, "output": "18 degrees, sunny"},
     ]
     answered = client.responses.create(model="qwen", input=back, tools=tools, max_output_tokens=32, temperature=0)
-    assert answered.output_text
+    assert answered.output and answered.usage.input_tokens > called.usage.input_tokens

@@ -12,18 +12,8 @@ import anthropic
 import pytest
 from pydantic import ValidationError
 
-from specrun.serve.anthropic import (
-    AdapterError,
-    CountTokensRequest,
-    MessagesRequest,
-    MessageStream,
-    chat_body,
-    count_body,
-    error_body,
-    error_kind,
-    message_response,
-    sse,
-)
+from specrun.serve.anthropic import AdapterError, CountTokensRequest, MessagesRequest, chat_body, count_body
+from specrun.serve.anthropic_render import MessageStream, error_body, error_kind, message_response, sse
 from specrun.serve.schemas import ChatRequest
 
 HI = [{"role": "user", "content": "hi"}]

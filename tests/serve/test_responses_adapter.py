@@ -21,22 +21,17 @@ from openai.types.responses import (
 )
 from pydantic import ValidationError
 
-from specrun.serve import responses
+from specrun.serve import responses, responses_request
 from specrun.serve.responses import (
     AdapterError,
-    InputTokensRequest,
-    ResponsesRequest,
     ResponseStore,
-    ResponseStream,
     chat_body,
     flat_name,
-    input_tokens_body,
     messages_for_store,
-    new_response_id,
     resolve_previous,
-    response_object,
-    sse,
 )
+from specrun.serve.responses_render import ResponseStream, input_tokens_body, new_response_id, response_object, sse
+from specrun.serve.responses_request import InputTokensRequest, ResponsesRequest
 from specrun.serve.schemas import ChatRequest, unknown_fields
 
 USAGE = {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19, "prompt_tokens_details": {"cached_tokens": 4}}
@@ -232,8 +227,8 @@ def test_flat_names_are_valid_distinct_chat_names():
     assert len(long) <= 64 and responses.CHAT_NAME.match(long) and long != flat_name("mcp__" + "x" * 61, "tool")
     names = responses.Names.of(
         [
-            (None, responses.FunctionTool(type="function", name="a__b")),
-            ("a", responses.FunctionTool(type="function", name="b")),
+            (None, responses_request.FunctionTool(type="function", name="a__b")),
+            ("a", responses_request.FunctionTool(type="function", name="b")),
         ]
     )
     assert len(set(names.original)) == 2 and names.back(names.to_chat("a", "b")) == ("a", "b")

@@ -31,7 +31,8 @@ def _parameters(tool: Mapping) -> dict:
 
 def validate_tools(tools: Sequence[Mapping]) -> None:
     """Refuse, in one line naming the tool, what the server could neither show the model nor
-    constrain it to: OpenAI's rules for tool objects, and schemas llguidance cannot compile."""
+    constrain it to: OpenAI's rules for tool objects, and schemas llguidance cannot compile (even
+    leniently: keywords it does not implement are ignored)."""
     from llguidance import LLMatcher
 
     if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
@@ -58,7 +59,8 @@ def validate_tools(tools: Sequence[Mapping]) -> None:
         if not isinstance(parameters, Mapping):
             raise ValueError(f"tool {name!r}: parameters must be a JSON object (a JSON schema)")
         try:
-            error = LLMatcher.validate_grammar(LLMatcher.grammar_from_json_schema(dict(parameters)))
+            schema = {**parameters, "x-guidance": {**dict(parameters.get("x-guidance") or {}), **_LENIENT}}
+            error = LLMatcher.validate_grammar(LLMatcher.grammar_from_json_schema(schema))
         except (TypeError, ValueError) as failed:
             error = str(failed)
         if error:
@@ -68,8 +70,12 @@ def validate_tools(tools: Sequence[Mapping]) -> None:
 
 # --- grammars -----------------------------------------------------------------------------------
 
+# A tool's schema comes from the client, which writes it for the hosted models: keywords llguidance
+# does not implement (`propertyNames`, unknown formats) leave the arguments less constrained rather
+# than refuse the whole request; an invalid schema is still refused.
+_LENIENT = {"lenient": True}
 # Arguments as templates render them (json.dumps' separators), with no room for runaway whitespace.
-_JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+_JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": ", **_LENIENT}
 _REGEX_SPECIAL = set("\\.+*?()|[]{}^$#&-~/")
 _STRING_LIMITS = {"pattern", "format", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf", "allOf", "not"}
 

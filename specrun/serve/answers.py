@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
+from .. import defaults
 from .reasoning import ChatText
 from .requests import Job
 from .schemas import ChatRequest, error_body
@@ -148,31 +149,38 @@ def event_error(event: Event) -> ApiError:
     return ApiError(500, event.message or "the request failed", "server_error", None, event.error)
 
 
-async def _next(events: Feed, gone: asyncio.Future) -> Event | None:
-    """The request's next event; None once the client has gone."""
+LATE = object()  # what _next returns when its timeout passed first
+
+
+async def _next(events: Feed, gone: asyncio.Future, timeout: float | None = None) -> Event | None | object:
+    """The request's next event; None once the client has gone; LATE when `timeout` seconds passed
+    first (the event, when it comes, stays in the feed)."""
     get = asyncio.ensure_future(events.get())
-    done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-    if get not in done:
-        get.cancel()
-        return None
-    return get.result()
+    done, _ = await asyncio.wait({get, gone}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    if get in done:
+        return get.result()
+    get.cancel()
+    return None if gone in done else LATE
 
 
 async def opening(job: Job, handle: Handle, events: Feed, request: Request) -> Event | None | object:
-    """A constrained stream's first event, awaited before the response starts, so that a constraint
-    the engine refuses when the request starts is a 400 rather than an error inside a 200 stream:
-    the error is raised; GONE when the client left meanwhile (the request is cancelled); None, at
-    once, for a stream without a constraint."""
+    """A constrained stream's first event (the engine took its constraint, or refused it), awaited
+    before the response starts, so that a constraint the engine refuses when the request starts is
+    a 400 rather than an error inside a 200 stream: the error is raised; GONE when the client left
+    meanwhile (the request is cancelled); None, at once, for a stream without a constraint, and
+    after SERVE_KEEPALIVE_S for one still waiting for a sequence (its stream then starts, and sends
+    keep-alives while it waits)."""
     if job.settings.constraint is None:
         return None
     gone = asyncio.ensure_future(disconnected(request))
-    event = None
     try:
-        event = await _next(events, gone)
+        event = await _next(events, gone, defaults.SERVE_KEEPALIVE_S)
     finally:
         gone.cancel()
-        if event is None or event.error:
-            handle.cancel()
+    if event is LATE:
+        return None
+    if event is None or event.error:
+        handle.cancel()
     if event is None:
         return GONE
     if event.error:

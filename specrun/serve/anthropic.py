@@ -155,6 +155,9 @@ class ToolSpec(Strict):
     input_examples: Any = None
     allowed_callers: Any = None
 
+    def left_out(self) -> bool:
+        return self.type not in CUSTOM_TOOLS
+
     @field_validator("input_schema", mode="after")
     @classmethod
     def _schema(cls, schema, info: ValidationInfo):

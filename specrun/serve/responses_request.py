@@ -51,6 +51,9 @@ class OtherPart(Strict):
 
     type: Text
 
+    def left_out(self) -> bool:
+        return True
+
 
 def _part_tag(value: Any) -> str:
     kind = _kind(value)
@@ -124,6 +127,9 @@ class OtherItem(Strict):
 
     type: Text
 
+    def left_out(self) -> bool:
+        return True
+
 
 Item = Annotated[
     Annotated[MessageItem, Tag("type=message")]
@@ -149,6 +155,9 @@ class HostedTool(Strict):
     freeform `custom` one: left out of the prompt."""
 
     type: Text
+
+    def left_out(self) -> bool:
+        return True
 
 
 NamespaceMember = Annotated[

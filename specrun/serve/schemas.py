@@ -146,10 +146,17 @@ class Strict(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="allow")
 
+    def left_out(self) -> bool:
+        """Whether the whole object is left out (a hosted tool, an item of one): its other fields
+        are then no unknown fields to name."""
+        return False
+
 
 def unknown_fields(model: BaseModel, at: str = "") -> list[str]:
     """The paths of the fields `model` (and the models inside it) did not know, e.g.
     `messages.2.cache_control`."""
+    if isinstance(model, Strict) and model.left_out():
+        return []
     found = [f"{at}{name}" for name in (model.model_extra or {})]
     for name in type(model).model_fields:
         found += _unknown_inside(getattr(model, name), f"{at}{name}.")

@@ -336,6 +336,8 @@ class Worker:
             except Exception as error:  # noqa: BLE001 - one request that cannot start fails alone (admit gave its sequence back)
                 self._fail(handle, "server_error", _describe(error), outcome="failed")
                 continue
+            if job.settings.constraint is not None:  # its constraint was taken: a stream may start now
+                self._send(handle, Event())
             self._notify()
 
     def _cancel_requested(self) -> None:

@@ -492,6 +492,33 @@ def test_hermes_grammar_forces_a_valid_call(parallel):
         assert not accepts(grammar, bad)
 
 
+# Claude Code's TaskCreate tool: a metadata object whose keys are named by `propertyNames`, which
+# llguidance does not implement.
+TASK_CREATE = {
+    "type": "function",
+    "function": {
+        "name": "TaskCreate",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "subject": {"type": "string"},
+                "metadata": {"type": "object", "propertyNames": {"type": "string"}, "additionalProperties": {}},
+            },
+            "required": ["subject"],
+        },
+    },
+}
+
+
+def test_keywords_llguidance_does_not_implement_are_ignored_not_refused():
+    validate_tools([TASK_CREATE, {**WEATHER}])
+    grammar = call_grammar(HERMES, [TASK_CREATE], parallel=False, required=True)
+    assert accepts(grammar, hermes_call("TaskCreate", '{"subject": "tests", "metadata": {"k": 1}}'))
+    assert not accepts(grammar, hermes_call("TaskCreate", '{"metadata": {}}'))  # what it implements still holds
+    with pytest.raises(ValueError, match="not supported"):
+        validate_tools([tool(parameters={"type": "object", "properties": {"a": {"type": "frob"}}})])
+
+
 def test_a_named_tool_choice_is_the_one_tool():
     grammar = call_grammar(HERMES, [READ_FILE], parallel=False, required=True)
     assert accepts(grammar, hermes_call("read_file", '{"path": "README.md"}'))

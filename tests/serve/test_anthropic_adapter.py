@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from specrun.serve.anthropic import AdapterError, CountTokensRequest, MessagesRequest, chat_body, count_body
 from specrun.serve.anthropic_render import MessageStream, error_body, error_kind, message_response, sse
-from specrun.serve.schemas import ChatRequest
+from specrun.serve.schemas import ChatRequest, unknown_fields
 
 HI = [{"role": "user", "content": "hi"}]
 BILLING = "x-anthropic-billing-header: cc_version=2.1.197.abc; cc_entrypoint=sdk-cli; cch=1a2b3;"
@@ -512,3 +512,18 @@ def test_an_error_event_raises_the_sdks_error():
 
 def test_sse_keeps_text_as_it_is():
     assert sse("ping", {"t": "é"}) == 'event: ping\ndata: {"t": "é"}\n\n'
+
+
+def test_a_left_out_server_tools_fields_are_not_named_as_unknown():
+    request = MessagesRequest.model_validate(
+        {
+            "model": "m",
+            "max_tokens": 4,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": [
+                {"type": "web_search_20250305", "name": "web_search", "max_uses": 5},
+                {"name": "f", "input_schema": {"type": "object"}, "surprise": 1},
+            ],
+        }
+    )
+    assert unknown_fields(request) == ["tools.1.surprise"]

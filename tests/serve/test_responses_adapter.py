@@ -705,3 +705,14 @@ def test_sse_names_each_event():
     event = {"type": "response.output_text.delta", "sequence_number": 3, "delta": "é"}
     data = '{"type": "response.output_text.delta", "sequence_number": 3, "delta": "é"}'
     assert sse(event) == f"event: response.output_text.delta\ndata: {data}\n\n"
+
+
+def test_a_left_out_hosted_tools_fields_are_not_named_as_unknown():
+    request = ResponsesRequest.model_validate(
+        {
+            "input": "hi",
+            "tools": [{"type": "web_search", "external_web_access": True, "filters": {}}],
+            "surprise": 1,
+        }
+    )
+    assert unknown_fields(request) == ["surprise"]

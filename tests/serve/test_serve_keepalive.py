@@ -40,6 +40,9 @@ def test_an_error_of_the_items_is_raised_to_the_reader():
         asyncio.run(run())
 
 
+TOOL = {"name": "lookup", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}}
+
+
 @pytest.fixture(scope="module")
 def pair(tiny_target):
     loaded = load_pair(tiny_target, None)
@@ -52,6 +55,11 @@ def pair(tiny_target):
     [
         ("/v1/messages", {"model": "m", "max_tokens": 4}, "event: ping"),
         ("/v1/responses", {"model": "m", "max_output_tokens": 4}, ": keep-alive"),
+        (  # a constrained stream (a required call) starts before its sequence is admitted too
+            "/v1/messages",
+            {"model": "m", "max_tokens": 48, "tools": [TOOL], "tool_choice": {"type": "any"}},
+            "event: ping",
+        ),
     ],
 )
 def test_a_stream_waiting_for_its_first_step_sends_keepalives(pair, monkeypatch, path, body, keepalive):
@@ -73,3 +81,5 @@ def test_a_stream_waiting_for_its_first_step_sends_keepalives(pair, monkeypatch,
     text = "\n".join(seen)
     assert response.status_code == 200
     assert ("message_stop" if "messages" in path else "response.incomplete") in text
+    if "tools" in body:
+        assert '"type": "tool_use"' in text

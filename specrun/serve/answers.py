@@ -27,6 +27,7 @@ from .tools import ToolDeltas, finish_reason, tool_calls_field
 from .worker import EngineStopped, Event, Handle, QueueFull, ShuttingDown
 
 GONE = object()  # what a wait returns when the client went away meanwhile
+CLIENT_GONE = 499  # nginx's status for a client that closed the connection; nobody receives it
 
 
 class ApiError(Exception):
@@ -79,6 +80,15 @@ async def job_for(service: Service, kind: str, body) -> Job:
         return await run_in_threadpool(make, body)
     except RequestError as error:
         service.metrics.request(kind, "invalid")
+        raise ApiError(400, error.message, "invalid_request_error", error.param, error.code) from None
+
+
+async def prompt_tokens(service: Service, body: ChatRequest) -> int:
+    """The prompt tokens a chat request makes (off the event loop), for the count endpoints; a
+    conversation the server cannot render is a 400."""
+    try:
+        return await run_in_threadpool(service.count_chat_tokens, body)
+    except RequestError as error:
         raise ApiError(400, error.message, "invalid_request_error", error.param, error.code) from None
 
 

@@ -12,17 +12,15 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from .. import defaults
 from . import anthropic, anthropic_render
-from .answers import ApiError, ChatAnswer, ClientGone, with_keepalive
+from .answers import CLIENT_GONE, ApiError, ChatAnswer, ClientGone, prompt_tokens, with_keepalive
 from .schemas import ChatRequest, new_id, unknown_fields
-from .service import RequestError, Service
+from .service import Service
 from .validation import chat_request
 
 ROUTE = "/v1/messages"
-CLIENT_GONE = 499
 
 
 def converted(service: Service, convert, body) -> ChatRequest:
@@ -88,9 +86,4 @@ def install(app: FastAPI, service: Service) -> None:
     @app.post(ROUTE + "/count_tokens")
     async def count_tokens(body: anthropic.CountTokensRequest):
         service.note_unknown(unknown_fields(body), ROUTE + "/count_tokens")
-        chat = converted(service, anthropic.count_body, body)
-        try:
-            n = await run_in_threadpool(service.count_chat_tokens, chat)
-        except RequestError as error:
-            raise ApiError(400, error.message, "invalid_request_error", error.param, error.code) from None
-        return {"input_tokens": n}
+        return {"input_tokens": await prompt_tokens(service, converted(service, anthropic.count_body, body))}

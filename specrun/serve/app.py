@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 
 from . import anthropic_routes, responses_routes
-from .answers import GONE, ApiError, ChatAnswer, ClientGone, collect, events_of, job_for, opening, submit
+from .answers import CLIENT_GONE, GONE, ApiError, ChatAnswer, ClientGone, collect, events_of, job_for, opening, submit
 from .guards import BearerAuth, BodyLimit, JsonOnly, LoopbackHostOnly, envelope
 from .schemas import (
     ChatRequest,
@@ -35,8 +35,6 @@ from .schemas import (
 )
 from .service import Service
 from .validation import validation_error
-
-CLIENT_GONE = 499  # nginx's status for a client that closed the connection; nobody receives it
 
 
 def error_response(path: str, error: ApiError) -> JSONResponse:

@@ -14,13 +14,12 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 
 from .. import defaults
 from . import responses, responses_render, responses_request
-from .answers import ApiError, ChatAnswer, ClientGone, renamed, with_keepalive
+from .answers import CLIENT_GONE, ApiError, ChatAnswer, ClientGone, prompt_tokens, renamed, with_keepalive
 from .schemas import unknown_fields
-from .service import RequestError, Service
+from .service import Service
 from .validation import chat_request
 
 ROUTE = "/v1/responses"
@@ -31,7 +30,6 @@ CHAT_NAMES = {  # chat's fields that name the Responses request's own in an erro
     "tool_choice": "tool_choice",
     "tools": "tools",
 }
-CLIENT_GONE = 499
 KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: every client's parser skips it
 
 
@@ -142,10 +140,7 @@ def install(app: FastAPI, service: Service) -> None:
         service.note_unknown(unknown_fields(body), ROUTE + "/input_tokens")
         conversion = _converted(service, store, body)
         try:
-            n = await run_in_threadpool(service.count_chat_tokens, chat_request(conversion.body))
-        except RequestError as error:
-            refused = ApiError(400, error.message, "invalid_request_error", error.param, error.code)
-            raise renamed(refused, CHAT_NAMES) from None
+            n = await prompt_tokens(service, chat_request(conversion.body))
         except ApiError as error:
             raise renamed(error, CHAT_NAMES) from None
         return responses_render.input_tokens_body(n)

@@ -19,8 +19,8 @@
 # --keep    keep the work folder (server log, each client's home, output and log) also when every
 #           client passed; it is always kept when one failed, and its path is printed.
 #
-# The server listens on 127.0.0.1 on a free port; each client runs with HOME (and its own config
-# folder) in a fresh temporary folder, in a fresh temporary working directory, so nothing touches
+# The server listens on 127.0.0.1 on a free port; each client runs with HOME (and the XDG folders
+# under it) in a fresh temporary folder, in a fresh temporary working directory, so nothing touches
 # the real home; telemetry and update checks are switched off through each client's documented
 # settings. The clients are found on PATH, or where they are installed this way (AGENT_CLIENTS,
 # default /tmp/clients):
@@ -214,9 +214,10 @@ for client in $CLIENTS; do
     fi
     H="$WORK/$client/home"
     mkdir -p "$H" "$WORK/$client/cwd"
-    version=$(HOME="$H" "version_$client")
+    version=$(HOME="$H" XDG_CONFIG_HOME="$H/.config" "version_$client")
     start=$(date +%s.%N)
-    (cd "$WORK/$client/cwd" && export HOME="$H" && "run_$client") </dev/null \
+    (cd "$WORK/$client/cwd" && export HOME="$H" XDG_CONFIG_HOME="$H/.config" XDG_CACHE_HOME="$H/.cache" \
+        XDG_DATA_HOME="$H/.local/share" XDG_STATE_HOME="$H/.local/state" && "run_$client") </dev/null \
         >"$WORK/$client/output" 2>"$WORK/$client/log"
     status=$?
     seconds=$(awk "BEGIN { print $(date +%s.%N) - $start }")

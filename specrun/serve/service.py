@@ -99,7 +99,7 @@ class Service:
         self.tool_markers = self._special_tokens(self.tool_syntax)
         self._warn = warn
         self._unread_syntax_said = False
-        self._unknown_said: set[tuple[str, str]] = set()  # (route, field) already named in the log
+        self._unknown_said: set[tuple[str, str, str]] = set()  # (route, what, name) already named in the log
         # The cache of every finished request is kept for a follow-up: as many sequences again as decode together.
         # Caches given up beyond those are saved to host RAM, up to --cache-ram.
         self.session = Session(
@@ -187,22 +187,22 @@ class Service:
         """Name in the log, once per route and field (an item's index written `*`), the fields a
         client sent that this server does not know and so ignores."""
         named = {".".join("*" if part.isdigit() else part for part in f.split(".")) for f in fields}
-        new = sorted(f for f in named if (route, f) not in self._unknown_said)
-        if not new or len(self._unknown_said) >= UNKNOWN_FIELDS_NAMED:
-            return
-        self._unknown_said.update((route, f) for f in new)
-        if self._warn is not None:
-            self._warn(f"specrun serve: note: {route} ignores fields it does not know: {', '.join(new)}")
+        self._note_once(route, named, "ignores fields it does not know")
 
     def note_left_out(self, names: list[str], route: str) -> None:
         """Name in the log, once per route and name, the hosted tools (web search, code
         interpreter...) a request declared that this server cannot run and left out of the prompt."""
-        new = sorted({n for n in names if (route, "tool:" + n) not in self._unknown_said})
+        self._note_once(route, set(names), "leaves out tools this server cannot run")
+
+    def _note_once(self, route: str, names: set[str], what: str) -> None:
+        """One log line naming those of `names` not yet named for `route` under `what` (at most
+        UNKNOWN_FIELDS_NAMED names are remembered: a client cannot fill the memory)."""
+        new = sorted(n for n in names if (route, what, n) not in self._unknown_said)
         if not new or len(self._unknown_said) >= UNKNOWN_FIELDS_NAMED:
             return
-        self._unknown_said.update((route, "tool:" + n) for n in new)
+        self._unknown_said.update((route, what, n) for n in new)
         if self._warn is not None:
-            self._warn(f"specrun serve: note: {route} leaves out tools this server cannot run: {', '.join(new)}")
+            self._warn(f"specrun serve: note: {route} {what}: {', '.join(new)}")
 
     def count_chat_tokens(self, body: ChatRequest) -> int:
         """The prompt tokens a chat request makes, as the engine would read them, however many

@@ -96,10 +96,12 @@ def test_messages_answer_as_chat_does_and_call_a_tool(server, real_pair_paths):
         model="qwen",
         max_tokens=32,
         tools=tools,
+        tool_choice={"type": "none"},  # whether to call again is the model's choice; "none" asks for the answer
         messages=[*turn, {"role": "assistant", "content": called.content}, {"role": "user", "content": [result]}],
         **greedy,
     )
-    assert answered.content and answered.stop_reason in ("end_turn", "max_tokens")
+    assert [block.type for block in answered.content] == ["text"] and answered.content[0].text.strip()
+    assert answered.stop_reason in ("end_turn", "max_tokens")
 
 
 def test_responses_answer_as_chat_does_and_call_a_tool(server, real_pair_paths):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A Claude Code session (`claude -p`, then `claude -p --continue` FOLLOWUPS times, 2 by default) against
-# specrun's server and llama.cpp's llama-server, one after the other on the same machine, with the
-# same model file and one slot each: the seconds each turn takes, what docs/benchmarks.md's
+# Claude Code sessions (`claude -p`, then `claude -p --continue` FOLLOWUPS times, 2 by default)
+# against specrun's server and llama.cpp's llama-server, both up at once on the same machine with
+# the same model file and one slot each: the seconds each turn takes, what docs/benchmarks.md's
 # "Claude Code, turn by turn" table shows.
 #
 #   scripts/claude_code_bench.sh LLAMA_SERVER OUT_DIR
@@ -9,12 +9,18 @@
 # LLAMA_SERVER: a llama-server binary (built from the llama.cpp llama-cpp-python bundles, target
 # `llama-server`). Both serve the default pair's target file; specrun with its draft (`--spec
 # auto`), llama-server plain. Claude Code (`claude`, `npm install -g @anthropic-ai/claude-code`)
-# is found on PATH or under $AGENT_CLIENTS/npm (default /tmp/clients). Each session runs with HOME
-# in a fresh temporary folder and in a fresh working folder, telemetry and nonessential traffic
-# off. Writes OUT_DIR/{specrun-auto,llama-plain}.json and prints each turn's seconds.
-# CTX (default 32768: Claude Code's first request is ~20,000 tokens), THREADS, PORT and PYTHON as
-# in scripts/server_runs.sh; TURN_TIMEOUT (default 1800) bounds one turn; FOLLOWUPS (up to 11) sets
-# the turns after the first.
+# is found on PATH or under $AGENT_CLIENTS/npm (default /tmp/clients).
+#
+# The first session's first turn reads Claude Code's instructions cold, on each server in turn.
+# Then REPEATS (default 4) more sessions follow, each turn asked of both servers one after the
+# other, the order alternating turn by turn, so that a slow moment of the machine or of Claude
+# Code's own start falls on both alike. Every session runs with HOME in a fresh temporary folder,
+# all of them in one working folder, telemetry and nonessential traffic off. Writes OUT_DIR/turns.json
+# (every session's seconds per server) and prints each turn and, per turn, the median over the
+# sessions (scripts/turns_summary.py).
+# CTX (default 32768: Claude Code's first request is ~20,000 tokens), THREADS, PORT (specrun;
+# llama-server takes PORT+1) and PYTHON as in scripts/server_runs.sh; TURN_TIMEOUT (default
+# 1800) bounds one turn; FOLLOWUPS (up to 11) sets the turns after the first.
 set -euo pipefail
 
 NAME=claude_code_bench
@@ -25,46 +31,66 @@ TARGET=$(default_target)
 AGENT_CLIENTS=${AGENT_CLIENTS:-/tmp/clients}
 [ -d "$AGENT_CLIENTS/npm/node_modules/.bin" ] && PATH="$PATH:$AGENT_CLIENTS/npm/node_modules/.bin"
 command -v claude >/dev/null || { echo "$NAME: claude is not installed (npm install -g @anthropic-ai/claude-code)" >&2; exit 2; }
-# The first turn, then FOLLOWUPS (default 2) turns with --continue.
 WORDS=(set go one two three four five six seven eight nine)
 FOLLOWUPS=${FOLLOWUPS:-2}
+REPEATS=${REPEATS:-4}
 TURNS=("Reply with just the word ready.")
 for ((i = 0; i < FOLLOWUPS && i < ${#WORDS[@]}; i++)); do
     TURNS+=("Now reply with just the word ${WORDS[$i]}.")
 done
+LABELS=(specrun llama)
+declare -A PORTS=([specrun]=$PORT [llama]=$((PORT + 1)))
 
-client() {  # label, results file: the three turns, each timed
-    local label=$1 out=$2 home work start end i status
-    home=$(mktemp -d) work=$(mktemp -d)
-    local times=() codes=()
-    for i in "${!TURNS[@]}"; do
-        local continue=()
-        [ "$i" -gt 0 ] && continue=(--continue)
-        start=$(date +%s.%N)
-        status=0
-        (cd "$work" && HOME="$home" DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 DISABLE_ERROR_REPORTING=1 \
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 ANTHROPIC_BASE_URL="http://127.0.0.1:$PORT" \
-            ANTHROPIC_API_KEY=bench ANTHROPIC_MODEL=qwen ANTHROPIC_DEFAULT_HAIKU_MODEL=qwen \
-            timeout "${TURN_TIMEOUT:-1800}" claude -p "${continue[@]}" "${TURNS[$i]}" >"$out.turn$i.txt" 2>&1) ||
-            status=$?
-        end=$(date +%s.%N)
-        times+=("$("$PY" -c "print($end - $start)")")
-        codes+=("$status")
-        echo "$label turn $((i + 1)): $(printf '%.1f' "${times[-1]}") s, exit $status: $(head -c 80 "$out.turn$i.txt" | tr '\n' ' ')"
+wait_port() {
+    for _ in $(seq 1 600); do
+        curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
+        sleep 1
     done
-    "$PY" - "$label" "$out" "${times[@]}" "${codes[@]}" <<'EOF'
-import json, statistics, sys
-label, out, *rest = sys.argv[1:]
-n = len(rest) // 2
-times, codes = [float(t) for t in rest[:n]], [int(c) for c in rest[n:]]
-later = statistics.median(times[1:]) if n > 1 else None
-json.dump({"label": label, "seconds": times, "later_median": later, "exit": codes}, open(out, "w"), indent=1)
-print(f"{label}: first turn {times[0]:.1f} s; later turns' median {later:.2f} s" if later else label)
-EOF
-    rm -rf "$home" "$work"
+    echo "$NAME: the server on port $1 did not become ready" >&2
+    return 1
 }
 
-run_server "specrun auto" specrun-auto "$PY" -m specrun serve --parallel 1 --port "$PORT" --ctx-size "$CTX" \
-    --threads "$THREADS"
-run_server "llama-server plain" llama-plain "$LLAMA_SERVER" -m "$TARGET" --parallel 1 --port "$PORT" -c "$CTX" \
-    -t "$THREADS"
+"$PY" -m specrun serve --parallel 1 --port "${PORTS[specrun]}" --ctx-size "$CTX" --threads "$THREADS" \
+    >"$OUT/specrun-auto.log" 2>&1 &
+SPECRUN_PID=$!
+"$LLAMA_SERVER" -m "$TARGET" --parallel 1 --port "${PORTS[llama]}" -c "$CTX" -t "$THREADS" \
+    >"$OUT/llama-plain.log" 2>&1 &
+LLAMA_PID=$!
+SCRATCH=$(mktemp -d)
+trap 'kill "$SPECRUN_PID" "$LLAMA_PID" 2>/dev/null || true; rm -rf "$SCRATCH"' EXIT
+wait_port "${PORTS[specrun]}"
+wait_port "${PORTS[llama]}"
+
+RECORD=$OUT/turns.tsv
+: >"$RECORD"
+# Every session works in one folder: Claude Code's instructions name it, so a new session's first
+# request shares all of them with the last one's (each server may answer it from its cache); each
+# session's own HOME keeps `--continue` to that session.
+WORK=$SCRATCH/work
+mkdir -p "$WORK"
+turn() {  # label, session, turn index: one `claude -p` against that server, timed into RECORD
+    local label=$1 session=$2 i=$3 home work=$WORK out start end status=0
+    home=$SCRATCH/$label-$session/home
+    mkdir -p "$home"
+    out=$OUT/$label.session$session.turn$i.txt
+    local continue=()
+    [ "$i" -gt 0 ] && continue=(--continue)
+    start=$(date +%s.%N)
+    (cd "$work" && HOME="$home" DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 DISABLE_ERROR_REPORTING=1 \
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 ANTHROPIC_BASE_URL="http://127.0.0.1:${PORTS[$label]}" \
+        ANTHROPIC_API_KEY=bench ANTHROPIC_MODEL=qwen ANTHROPIC_DEFAULT_HAIKU_MODEL=qwen \
+        timeout "${TURN_TIMEOUT:-1800}" claude -p "${continue[@]}" "${TURNS[$i]}" >"$out" 2>&1) || status=$?
+    end=$(date +%s.%N)
+    printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$session" "$i" "$("$PY" -c "print($end - $start)")" "$status" >>"$RECORD"
+    echo "$label session $session turn $((i + 1)): $(printf '%.2f' "$(cut -f4 <(tail -n1 "$RECORD"))") s, exit $status: $(head -c 60 "$out" | tr '\n' ' ')"
+}
+
+for ((session = 0; session <= REPEATS; session++)); do
+    for i in "${!TURNS[@]}"; do
+        if (((session + i) % 2 == 0)); then order=(specrun llama); else order=(llama specrun); fi
+        for label in "${order[@]}"; do
+            turn "$label" "$session" "$i"
+        done
+    done
+done
+"$PY" "$HERE/scripts/turns_summary.py" "$RECORD" "$OUT/turns.json"

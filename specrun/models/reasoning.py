@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .. import defaults
+from .held_text import partial_suffix
 
 REASONING, CONTENT, MARKUP = "reasoning", "content", "markup"
 _SPACE = " \t\n\r\f\v"  # ASCII whitespace, as llama.cpp trims it
@@ -51,14 +52,6 @@ def reasoning_tags(template: str | None) -> ReasoningTags | None:
         if start in template and end in template:
             return ReasoningTags(start, end)
     return None
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest end of `text` that is a proper beginning of `tag`."""
-    for n in range(min(len(text), len(tag) - 1), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
 
 
 class ReasoningSplitter:
@@ -121,7 +114,7 @@ class ReasoningSplitter:
                 out += [(REASONING, body), (MARKUP, held[len(body) : at + len(end)])]
                 self._held, self._state = held[at + len(end) :], "content_lead"
                 return True
-            keep = _partial_suffix(held, end)
+            keep = partial_suffix(held, end)
             body = held[: len(held) - keep]
             ready = body.rstrip(_SPACE)
             out.append((REASONING, ready))

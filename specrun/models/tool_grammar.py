@@ -1,5 +1,5 @@
 """The tools a request declares: checked as OpenAI checks them, and turned into the grammar that
-makes a model call one of them in its own syntax (tool_calls.py names the syntaxes), with
+makes a model call one of them in its own syntax (tool_syntax.py names the syntaxes), with
 arguments that validate against the tool's parameter schema.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .reasoning import ReasoningTags
-from .tool_calls import DS_CALL_BEGIN, DS_CALL_END, DS_CALLS_BEGIN, DS_CALLS_END, DS_SEP, ToolSyntax
+from .tool_syntax import DS_CALL_BEGIN, DS_CALL_END, DS_CALLS_BEGIN, DS_CALLS_END, DS_SEP, ToolSyntax
 
 # --- tools --------------------------------------------------------------------------------------
 

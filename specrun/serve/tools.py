@@ -24,10 +24,10 @@ from ..models.tool_calls import (
     Content,
     ParsedAnswer,
     ToolCallStream,
-    ToolSyntax,
     parse_tool_calls,
 )
 from ..models.tool_grammar import call_grammar, opened_call_grammar, tool_names_of, validate_tools
+from ..models.tool_syntax import ToolSyntax
 
 
 class ToolRequestError(ValueError):

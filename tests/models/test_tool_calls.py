@@ -15,7 +15,9 @@ from paths import DATA
 
 from specrun.models.chat_template import ChatTemplate
 from specrun.models.reasoning import ReasoningTags, reasoning_tags, split_reasoning
-from specrun.models.tool_calls import (
+from specrun.models.tool_calls import CallArguments, CallStart, Content, ToolCallStream, parse_tool_calls
+from specrun.models.tool_grammar import call_grammar, opened_call_grammar, tool_names_of, validate_tools
+from specrun.models.tool_syntax import (
     COMMAND_R,
     DEEPSEEK_R1,
     DEEPSEEK_V3,
@@ -30,15 +32,9 @@ from specrun.models.tool_calls import (
     MISTRAL_LIST,
     QWEN3_CODER,
     SEED_OSS,
-    CallArguments,
-    CallStart,
-    Content,
     ToolCall,
-    ToolCallStream,
-    parse_tool_calls,
     tool_syntax,
 )
-from specrun.models.tool_grammar import call_grammar, opened_call_grammar, tool_names_of, validate_tools
 
 TEMPLATES = DATA / "chat_templates"
 CONVERSATIONS = json.loads((TEMPLATES / "conversations.json").read_text(encoding="utf-8"))

@@ -12,8 +12,9 @@ import pytest
 from paths import DATA
 from serve_helpers import WAIT, served
 
-from specrun.models.tool_calls import HERMES, parse_tool_calls
+from specrun.models.tool_calls import parse_tool_calls
 from specrun.models.tool_grammar import tool_names_of
+from specrun.models.tool_syntax import HERMES
 from specrun.runtime.pair import Pair, PairConfig
 
 pytestmark = pytest.mark.real

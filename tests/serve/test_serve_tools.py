@@ -162,7 +162,7 @@ def test_under_auto_a_syntax_whose_opened_calls_are_written_runs_constrained(ser
     """With a syntax whose opened calls are constrained (Hermes'), "auto" runs under the lazy
     grammar: free text (valid UTF-8) until the model writes the opening, which these tiny models
     never do, so the answer is text and no call."""
-    from specrun.models.tool_calls import HERMES
+    from specrun.models.tool_syntax import HERMES
 
     service = server.service
     saved, service.tool_syntax = service.tool_syntax, HERMES

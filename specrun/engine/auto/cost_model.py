@@ -10,7 +10,7 @@ reach and what acceptance a drafter needs to pay (bench/costmodel.py, bench/brea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .estimates import CostCurve
@@ -18,18 +18,28 @@ from .estimates import CostCurve
 Curve = Callable[[int], float]
 
 
+def survival(acceptance: Iterable[float]) -> list[float]:
+    """The chance that the first j draft tokens are all accepted, for j = 1..len(acceptance):
+    Π_{i≤j} a_i, where a_i is the chance that position i is accepted given that all before it
+    were. Position j adds this much to a step's expected tokens."""
+    out, survive = [], 1.0
+    for rate in acceptance:
+        survive *= rate
+        out.append(survive)
+    return out
+
+
 def expected_tokens(acceptance: float | Sequence[float], k: int) -> float:
-    """Tokens one step commits on average when it drafts k: 1 + Σ_{j≤k} Π_{i≤j} a_i, where a_i is
-    the chance that draft position i is accepted given that all before it were. One number α
-    stands for every position: (1 − α^(k+1)) / (1 − α), and k + 1 at α = 1."""
+    """Tokens one step commits on average when it drafts k: 1 + Σ_{j≤k} Π_{i≤j} a_i (see
+    `survival`). One number α stands for every position: (1 − α^(k+1)) / (1 − α), and k + 1 at
+    α = 1."""
     if not isinstance(acceptance, Sequence):
         if not 0.0 <= acceptance <= 1.0:
             raise ValueError(f"acceptance must lie in [0, 1], got {acceptance}")
         acceptance = [float(acceptance)] * max(k, 0)
-    total, survive = 1.0, 1.0
-    for rate in acceptance[: max(k, 0)]:
-        survive *= rate
-        total += survive
+    total = 1.0
+    for reached in survival(acceptance[: max(k, 0)]):
+        total += reached
     return total
 
 

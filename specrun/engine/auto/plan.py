@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 
 from ... import defaults
-from .cost_model import Costs
+from .cost_model import Costs, survival
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,9 @@ class _Plan:
         """Expected tokens of the first j positions of `option`, for j = 0..len(acceptance)."""
         sums = self._sums.get(id(option))
         if sums is None:
-            sums, survive = [0.0], 1.0
-            for rate in option.acceptance:
-                survive *= rate
-                sums.append(sums[-1] + survive)
+            sums = [0.0]
+            for reached in survival(option.acceptance):
+                sums.append(sums[-1] + reached)
             self._sums[id(option)] = sums
         return sums
 

@@ -28,7 +28,6 @@ import statistics
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 
-from .. import defaults
 from ..engine.auto.cost_model import expected_tokens
 from . import costmodel
 from .prompts import ALL
@@ -267,10 +266,10 @@ class Aggregator:
         }
 
     def _predicted(self, runs: Sequence[RunRecord], config: Config, gpu: bool = False) -> float | None:
-        """The cost model over these runs' steps: α per drafter, calibrated draft-model and verify
-        costs; a drafter without a model (prompt lookup) or drafting through text costs its
-        measured seconds per step (draft passes and host work). `gpu`: with verification shaped
-        as on a GPU (Costs.on_a_gpu)."""
+        """The cost model over these runs' steps: α per drafter, the calibrated costs as auto prices
+        them (Calibration.costs: verify passes, each pass-running drafter's passes); a drafter that
+        runs no passes (prompt lookup) costs its measured seconds per step (host work). `gpu`:
+        with verification shaped as on a GPU (Costs.on_a_gpu)."""
         if config.plain or self.costs is None or not self.costs.plain_s:
             return None
         steps = [s for r in runs for s in r.steps]
@@ -281,10 +280,8 @@ class Aggregator:
         measured = {n: statistics.fmean(s.draft_s for s in steps if s.drafter == n) for n in names}
 
         def draft_seconds(s) -> float:
-            if s.drafter == defaults.MODEL and self.result.calibration.draft_token_s is not None:
-                return s.drafted * self.result.calibration.draft_token_s
-            if s.drafter in (defaults.MTP, defaults.EAGLE3) and self.result.calibration.mtp_token_s is not None:
-                return s.drafted * self.result.calibration.mtp_token_s
+            if s.drafter in self.costs.draft:
+                return self.costs.draft_seconds(s.drafter, s.drafted)
             return measured[s.drafter] if s.drafter is not None else 0.0
 
         costs = self.costs.on_a_gpu() if gpu else self.costs

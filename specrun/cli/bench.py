@@ -18,6 +18,7 @@ from .. import defaults
 from ..atomic import write_atomic
 from ..bench import prompts as bench_prompts
 from ..bench.environment import environment, load_average
+from ..bench.pair_engine import PairEngine
 from ..bench.render import (
     csv_text,
     markdown_table,
@@ -30,7 +31,6 @@ from ..bench.render import (
 from ..bench.report import document
 from ..bench.runner import (
     BenchSettings,
-    PairEngine,
     configurations,
     run_bench,
 )

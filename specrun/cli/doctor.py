@@ -20,6 +20,7 @@ from ..bench.environment import cpu_model
 from ..engine.auto.cost_model import Costs
 from ..engine.auto.costs import DecodeCosts
 from ..engine.auto.estimates import CostCurve
+from ..engine.drafting.protocol import Drafter
 from ..errors import SpecrunError
 from ..models.fetch import availability, cache_dir, hf_cache_dir
 from ..models.registry import load_registry, user_registry_path
@@ -174,7 +175,7 @@ def pair_report(models: opt.ModelFlags, runtime: opt.RuntimeFlags, calibrate: bo
             "mtp_heads": loaded.target_model.mtp_heads,
             "head": head_facts(loaded),
             "rollback": loaded.session.rollback(),
-            **costs_report(measured, calibrate, gpu, loaded.session.head_name),
+            **costs_report(measured, calibrate, gpu, loaded.session.head_drafter),
         }
     finally:
         loaded.close()
@@ -196,15 +197,19 @@ def head_facts(loaded) -> dict | None:
     }
 
 
-def costs_report(measured: DecodeCosts, calibrated: bool, gpu: bool, head_name: str = defaults.MTP) -> dict:
-    """The cost curve in the document's units, the break-even acceptances and the verdict."""
-    head_s = measured.head_pass_s
+def costs_report(measured: DecodeCosts, calibrated: bool, gpu: bool, head: Drafter | None = None) -> dict:
+    """The cost curve in the document's units, the break-even acceptances and the verdict
+    (`head`: the session's drafter that runs its head context, priced as it drafts)."""
+    head_s = measured.head_pass_s if head is not None else None
+    head_name = head.name if head is not None else None
     costs = Costs.measured(measured.verify_s, {defaults.MODEL: measured.draft_token_s or 0.0})
     if head_s:  # the head drafts like a draft model whose token costs one head pass (DFlash: a block, one pass)
         curve = CostCurve.of(measured.mtp_s)
-        costs = Costs(costs.verify, {**costs.draft, head_name: curve}, blocks=defaults.BLOCK_DRAFTERS & {head_name})
+        costs = Costs(
+            costs.verify, {**costs.draft, head_name: curve}, blocks={head_name} if head.drafts_blocks else set()
+        )
     result = break_even.verdict(costs)
-    head = break_even.verdict(costs, head_name) if head_s else None
+    head_verdict = break_even.verdict(costs, head_name) if head_s else None
     return {
         "costs": {
             "calibrated_now": calibrated,
@@ -216,8 +221,8 @@ def costs_report(measured: DecodeCosts, calibrated: bool, gpu: bool, head_name: 
         },
         "break_even": {
             **result.to_dict(),
-            "mtp": head.to_dict()["draft"] if head is not None else None,
-            "head": head_name if head is not None else None,
+            "mtp": head_verdict.to_dict()["draft"] if head_verdict is not None else None,
+            "head": head_name if head_verdict is not None else None,
         },
         "verdict": break_even.sentence(result, gpu=gpu),
     }

@@ -124,13 +124,6 @@ LookupPool = Annotated[
         rich_help_panel=SERVER,
     ),
 ]
-DRAFTER_NAMES = {
-    defaults.LOOKUP: "prompt lookup",
-    defaults.MODEL: "draft model",
-    defaults.TEXT: "draft model, through text",
-    defaults.MTP: "MTP head",
-    defaults.PREDICTION: "predicted outputs",
-}
 ORIGIN = re.compile(r"^https?://[^/\s?#]+$")
 
 
@@ -222,7 +215,7 @@ def serve(
             service = Service(loaded, options, warn=out.warn)
             heap.settle()
             try:
-                enabled = ", ".join(DRAFTER_NAMES.get(name, name) for name in service.drafting) or "none"
+                enabled = ", ".join(service.engine.drafters[name].title for name in service.drafting) or "none"
                 out.warn(
                     f"specrun serve: listening on {url_of(sock)} · model {service.model_name} · --spec {mode} "
                     f"(drafting: {enabled}) · --parallel {parallel} · --schedule {schedule} · "

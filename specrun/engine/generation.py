@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import InputError
@@ -34,7 +34,7 @@ class Step:
 class Generation:
     """A prompt's generation on `engine` under `policy`, run by `run()`; `stats` are complete when it ends.
 
-    `given`: per drafter, what the caller hands it (auto's prompt lookup, which outlives the
+    `given`: what the caller hands the drafters, typed (auto's prompt lookup, which outlives the
     generation and keeps what it learned; a predicted output); `on_step` sees every step's update;
     `on_finish` is called once the generation ends."""
 
@@ -46,7 +46,7 @@ class Generation:
         policy: Policy = Policy(),
         *,
         rng=None,
-        given: Mapping[str, object] | None = None,
+        given: Sequence[object] = (),
         on_step: Callable[[Update], None] | None = None,
         on_finish: Callable[[Generation], None] | None = None,
     ):

@@ -9,35 +9,30 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import InputError
 from .constraint import Constraint, ConstraintError, limits
-from .llama import Model
+from .model import Model
 
 _LOCK = threading.Lock()
+_TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model → its vocabulary as llguidance sees it
 
 
 def grammar_tokenizer(model: Model):
-    """llguidance's view of `model`'s vocabulary, built on first use and kept on the model; every
-    end-of-generation token ends an answer the grammar allows to end."""
-    cached = getattr(model, "_grammar_tokenizer", None)
-    if cached is not None:
-        return cached
+    """llguidance's view of `model`'s vocabulary, built on first use and kept while the model
+    lives; every end-of-generation token ends an answer the grammar allows to end."""
     with _LOCK:
-        cached = getattr(model, "_grammar_tokenizer", None)
+        cached = _TOKENIZERS.get(model)
         if cached is None:
-            try:
-                from llguidance.llamacpp import lltokenizer_from_vocab
-            except ImportError:
-                raise InputError("constrained answers need the llguidance package", "pip install llguidance") from None
+            from llguidance.llamacpp import lltokenizer_from_vocab  # it loads llama_cpp: only when a constraint is used
+
             eog = [token for token in range(model.n_vocab) if model.is_eog(token)] or [model.eos]
             with warnings.catch_warnings():  # it reads token attributes through a deprecated binding
                 warnings.simplefilter("ignore", DeprecationWarning)
-                cached = lltokenizer_from_vocab(model.vocab, n_vocab=model.n_vocab, eos_token=eog)
-            model._grammar_tokenizer = cached
+                cached = _TOKENIZERS[model] = lltokenizer_from_vocab(model.vocab, n_vocab=model.n_vocab, eos_token=eog)
     return cached
 
 

@@ -94,7 +94,7 @@ def _rpc_lib():
 
 def supported() -> bool:
     """This llama.cpp build has the RPC backend."""
-    from .llama import _llama
+    from .lib import _llama
 
     return bool(_llama().llama_supports_rpc())
 

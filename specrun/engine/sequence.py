@@ -17,8 +17,8 @@ from .. import defaults
 from ..errors import ContextOverflowError
 from .auto.estimates import PositionRates
 from .constraint import Constraint
-from .llama import Model
 from .matcher import Matcher
+from .model import Model
 from .sampling import Rng, SamplingParams, make_rng
 from .stats import Stats
 from .text import TextAssembler

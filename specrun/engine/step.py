@@ -21,17 +21,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from .. import defaults
 from .auto.control import PLAIN, Ask, Choice, Controller, Outcome
 from .auto.plan import Candidate, Option, fixed
+from .cache_keeper import CacheKeeper
 from .constrained import constrained_pick, verify_constrained
-from .drafting.protocol import Draft, Drafter, DraftRequest, DraftTuning
-from .llama import Context, Segment, common_prefix
+from .drafting.protocol import Draft, Drafter, DraftRequest, DraftTuning, handed
+from .llama import Context, common_prefix
 from .matcher import Matcher
-from .prompt_cache import TARGET, PromptCache, Saved
+from .prompt_cache import PromptCache
 from .sampling import Dist, make_rng
+from .segments import Segment
 from .sequence import GenerationSettings, Lead, SequenceState
 from .slots import SlotPool
 from .verify import Verifier, only_row, verify
@@ -75,7 +75,7 @@ def _defer(proposals: Proposed, ahead: Sequence[Drafter]) -> None:
     """A drafter that `defers_to` another (a prediction to prompt lookup) offers each sequence its
     proposal as it stands beside the other's (`beside`): what both propose is judged once."""
     for drafter in ahead:
-        other = proposals.get(getattr(drafter, "defers_to", None) or "")
+        other = proposals.get(drafter.defers_to or "")
         if other is not None and drafter.name in proposals:
             proposals[drafter.name] = {
                 seq: drafter.beside(draft, other.get(seq)) for seq, draft in proposals[drafter.name].items()
@@ -181,6 +181,7 @@ class Engine:
         self.policy = Policy()
         self._active: list[Drafter] = []
         self.slots = SlotPool(target.n_seq, target.common_prefix, lambda s: len(self.target.tokens[s]))
+        self.keeper = None if cache is None else CacheKeeper(cache, target, self.drafters, self._make_room, self._drop)
         self.steps = 0
 
     # -- configuration -----------------------------------------------------------------------
@@ -197,7 +198,7 @@ class Engine:
         for drafter in self.drafters.values():
             drafter.configure(policy.tuning)
         if self.target.features:  # the layer inputs a head reads cost every pass: kept only while it may draft
-            self.target.capture(any(d.name in defaults.FEATURE_HEADS for d in self._active))
+            self.target.capture(any(d.reads_layer_inputs for d in self._active))
 
     @property
     def reads_ahead(self) -> list[Drafter]:
@@ -213,21 +214,22 @@ class Engine:
         settings: GenerationSettings,
         *,
         arrived: float | None = None,
-        given: Mapping[str, object] | None = None,
+        given: Sequence[object] = (),
         boundaries: Sequence[int] = (),
         rng=None,
     ) -> SequenceState:
         """Give a generation a sequence, reusing the longest cached prefix of its prompt (every
         token but the last, whose logits the first step needs), from a sequence or from the prompt
-        cache. `given`: per drafter, what the caller hands it (drafter.begin). `boundaries`:
-        positions in the prompt where a later prompt is likely to part (message boundaries), saved
-        to the prompt cache as they are read where a restored cache cannot be cut."""
+        cache. `given`: what the caller hands the drafters, each value to the drafter that `takes`
+        its type (drafter.begin). `boundaries`: positions in the prompt where a later prompt is
+        likely to part (message boundaries), saved to the prompt cache as they are read where a
+        restored cache cannot be cut."""
         seq, shared = self.slots.claim(prompt)
         try:
             keep = min(shared, len(prompt) - 1)
             if self.cache is not None:
-                keep = self._restore(seq, prompt, keep, self.target.keepable(seq, keep))
-                self._save_before_cut(seq, keep)
+                keep = self.keeper.restore(seq, prompt, keep, self.target.keepable(seq, keep))
+                self.keeper.save_before_cut(seq, keep)
             self.target.trim(seq, keep)
             k_max = min(settings.draft_max_for(self.policy.mode), self.policy.k_max) if self.policy.k_max else 0
             state = SequenceState(
@@ -248,7 +250,7 @@ class Engine:
             self._drop(seq)
             raise
         for drafter in self.drafters.values():
-            drafter.begin(seq, prompt, (given or {}).get(drafter.name))
+            drafter.begin(seq, prompt, handed(given, drafter.takes))
         return state
 
     def release(self, state: SequenceState) -> None:
@@ -279,59 +281,10 @@ class Engine:
         for drafter in self.drafters.values():
             drafter.forget(seq)
 
-    # -- the prompt cache --------------------------------------------------------------------
-
     def _save(self, seq: int) -> None:
-        """Keep what `seq` caches in the prompt cache, unless an entry there already serves it."""
-        tokens = self.target.tokens[seq]
-        whole = not self.target.cuts_restored
-        if self.cache is None or not tokens or self.cache.covers(tokens, whole):
-            return
-        data = self.target.save(seq)
-        if data is None:
-            return
-        states = {TARGET: (list(tokens), data)}
-        for drafter in self.drafters.values():
-            if drafter.saved_with_target and drafter.ctx is not None and drafter.ctx.tokens[seq]:
-                saved = drafter.ctx.save(seq)
-                if saved is not None:
-                    states[drafter.name] = (list(drafter.ctx.tokens[seq]), saved)
-        self.cache.add(Saved(np.asarray(tokens, dtype=np.int32), states, whole))
-
-    def _save_before_cut(self, seq: int, keep: int) -> None:
-        """A cache about to lose tokens that some later prompt may want is saved first."""
-        if len(self.target.tokens[seq]) - keep >= defaults.PROMPT_CACHE_MIN_GAIN:
-            self._save(seq)
-
-    def _restore(self, seq: int, prompt: Sequence[int], keep: int, kept: int) -> int:
-        """Restore into `seq` the saved cache serving the most of `prompt`, when it spares reading
-        PROMPT_CACHE_MIN_GAIN more tokens than `seq` keeps of the `keep` it shares (`kept`: a
-        recurrent cache cut back keeps only what its checkpoint holds); returns how many tokens
-        `seq` now shares. A state llama.cpp refuses is a miss and is dropped."""
-        cache = self.cache
-        entry, n = cache.find(prompt, len(prompt) - 1)
-        if entry is None or n < kept + defaults.PROMPT_CACHE_MIN_GAIN:
-            cache.misses += 1
-            return keep
-        cache.touch(entry)  # the most recently used now: caches saved below drop others first
-        self._save(seq)
-        self._drop(seq)
-        tokens, data = entry.states[TARGET]
-        self._make_room(self.target, len(tokens))
-        if not self.target.load(seq, tokens, data):
-            cache.discard(entry)
-            cache.failures += 1
-            cache.misses += 1
-            return 0
-        for drafter in self.drafters.values():
-            if drafter.name in entry.states and drafter.ctx is not None:
-                own, saved = entry.states[drafter.name]
-                self._make_room(drafter.ctx, len(own))
-                if not drafter.ctx.load(seq, own, saved):
-                    drafter.forget(seq)
-        cache.hits += 1
-        cache.restored_tokens += n
-        return n
+        """Keep what `seq` caches in the prompt cache (when there is one)."""
+        if self.keeper is not None:
+            self.keeper.save(seq)
 
     def _contexts(self) -> list[Context]:
         return [self.target] + [d.ctx for d in self.drafters.values() if d.ctx is not None]

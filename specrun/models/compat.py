@@ -7,7 +7,7 @@ size. (llama.cpp compares the vocab types through a bool, which lets SPM pass fo
 are compared here as they are meant to be.) It also reports what does not block pairing but matters:
 architecture, training context length, chat template, model name.
 
-Models are opened with llama.cpp's `vocab_only` loader (engine.llama.read_vocabulary): about 0.3 s on a
+Models are opened with llama.cpp's `vocab_only` loader (engine.model.read_vocabulary): about 0.3 s on a
 1.5B file, where reading the token list with the `gguf` package takes seconds.
 """
 
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine.llama import Vocabulary, read_vocabulary
+from ..engine.model import Vocabulary, read_vocabulary
 from ..errors import IncompatibleModelsError
 from .modelfile import check_gguf_file
 

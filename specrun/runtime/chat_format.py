@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..engine.llama import Model
+from ..engine.model import Model
 from ..models.chat_template import ChatTemplate
 from ..models.reasoning import ReasoningSplitter, ReasoningTags, reasoning_tags
 

@@ -19,7 +19,7 @@ from ..engine import lib as engine_lib
 from ..engine import rpc as engine_rpc
 from ..engine.drafting.vocab_bridge import VocabBridge
 from ..engine.generation import Generation, Step
-from ..engine.llama import LoadOptions, Model
+from ..engine.model import LoadOptions, Model
 from ..engine.sequence import GenerationSettings, check_prediction_fits
 from ..errors import IncompatibleModelsError
 from ..models.compat import require_draftable

@@ -20,11 +20,13 @@ from ..engine.auto.costs import measure as measure_costs
 from ..engine.auto.drift import DISAGREE
 from ..engine.drafting import build_drafters
 from ..engine.drafting.lookup import LookupStart
+from ..engine.drafting.prediction import Predicted
 from ..engine.drafting.prompt_lookup import PromptLookup
 from ..engine.drafting.protocol import Drafter, DraftTuning, Sources
 from ..engine.drafting.vocab_bridge import VocabBridge
 from ..engine.generation import Generation, Step
-from ..engine.llama import Context, Model
+from ..engine.llama import Context
+from ..engine.model import Model
 from ..engine.prompt_cache import PromptCache
 from ..engine.sequence import GenerationSettings
 from ..engine.step import Engine, Policy, Update
@@ -172,19 +174,13 @@ class Session:
     @property
     def model_drafter(self) -> Drafter | None:
         """The drafter that runs the draft model (through tokens or through text), when there is one."""
-        return next((self.engine.drafters[n] for n in defaults.DRAFT_MODEL_DRAFTERS if n in self.engine.drafters), None)
+        return next((d for d in self.engine.drafters.values() if d.runs_model), None)
 
     @property
-    def mtp(self) -> Drafter | None:
-        """The drafter that runs the head context: the target's own multi-token-prediction heads,
-        a Gemma 4 assistant, or an EAGLE-3 or DFlash head."""
-        return self.engine.drafters.get(self.head_name)
-
-    @property
-    def head_name(self) -> str:
-        """The name of the drafter that runs the head context, when there is one."""
-        feature = self.models.feature_head
-        return feature.feature_head.kind if feature is not None else defaults.MTP
+    def head_drafter(self) -> Drafter | None:
+        """The drafter that runs the head context (the target's own multi-token-prediction heads,
+        a Gemma 4 assistant, or an EAGLE-3 or DFlash head), when there is one."""
+        return next((d for d in self.engine.drafters.values() if d.runs_head), None)
 
     @property
     def n_ctx(self) -> int:
@@ -277,11 +273,11 @@ class Session:
         policy, lookup = self.policy(mode or defaults.SPEC_MODE, settings, fresh=fresh, verifier=verifier)
         keeps = policy.auto and verifier is None
         on_finish = (lambda _: self._finished(policy, lookup, settings, fresh)) if keeps else None
-        given: dict[str, object] = {}
+        given: list[object] = []
         if lookup is not None:
-            given[defaults.LOOKUP] = LookupStart(carried=lookup)
+            given.append(LookupStart(carried=lookup))
         if prediction:
-            given[defaults.PREDICTION] = list(prediction)
+            given.append(Predicted(tuple(prediction)))
         return Generation(self.engine, tokens, settings, policy, given=given, on_step=on_step, on_finish=on_finish)
 
     def stream(
@@ -311,12 +307,19 @@ class Session:
         caps = {name: d.k_max for name, d in drafters.items() if d.k_max is not None}
         controller = Controller(list(drafters), k_max=k_max, k_start=min(k_max, defaults.DRAFT_MAX), drafter_k_max=caps)
         costs = self.decode_costs()
-        model = self.model_drafter
-        timed = {model.name: costs.draft_passes()} if model is not None else {}
-        timed[self.head_name] = costs.mtp_s
-        passes = {name: dict(seconds) for name, seconds in timed.items() if name in drafters and seconds}
-        controller.seed(costs.verify_s, passes or None, blocks=defaults.BLOCK_DRAFTERS & passes.keys())
+        passes, blocks = self.drafter_passes(costs)
+        controller.seed(costs.verify_s, passes or None, blocks=blocks)
         return controller
+
+    def drafter_passes(self, costs: DecodeCosts) -> tuple[dict[str, dict[int, float]], frozenset[str]]:
+        """Per drafter that runs passes, its pass seconds by rows as `costs` timed them (the draft
+        model's, the head's), and which of them draft a block per pass: what auto is seeded with
+        and the bench prices steps by."""
+        timed = {}
+        for drafter, seconds in ((self.model_drafter, costs.draft_passes()), (self.head_drafter, costs.mtp_s)):
+            if drafter is not None and seconds:
+                timed[drafter.name] = dict(seconds)
+        return timed, frozenset(name for name in timed if self.engine.drafters[name].drafts_blocks)
 
     def _auto_state(self, k_max: int, ngrams: tuple[int, int], fresh: bool) -> tuple[Controller, PromptLookup]:
         """The controller and its lookup, kept across generations and started from what earlier
@@ -370,7 +373,7 @@ class Session:
         if self.costs is None:
             models = self.models
             self.costs = None if measure else cost_cache.load(models.costs_key, models.threads)
-            if self.costs is not None and self.mtp is not None and not self.costs.mtp_s:
+            if self.costs is not None and self.head_drafter is not None and not self.costs.mtp_s:
                 self.costs = None  # kept before this target's head was timed
             if self.costs is None:
                 models.warn(

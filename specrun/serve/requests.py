@@ -33,7 +33,7 @@ class Job:
     id: int = field(default_factory=lambda: next(_ids))
     reasoning: ReasoningTags | None = None  # a chat answer's think tags (models.reasoning), from the template
     inside_reasoning: bool = False  # the prompt opened the reasoning
-    given: dict[str, object] = field(default_factory=dict)  # per drafter, what the request hands it (Engine.admit)
+    given: tuple[object, ...] = ()  # what the request hands the drafters, typed (Engine.admit)
     boundaries: tuple[int, ...] = ()  # where a later prompt may part from this one (Engine.admit)
     constraint_param: str | None = None  # the field settings.constraint came from, for a 400 at admission
     tools: ToolUse | None = None  # the tools the answer may call, and how its calls are read

@@ -19,12 +19,13 @@ from ..engine import constraint as constraints
 from ..engine.auto.costs import DecodeCosts
 from ..engine.constraint import Constraint, ConstraintError
 from ..engine.drafting.lookup import LookupStart
+from ..engine.drafting.prediction import Predicted
 from ..engine.matcher import grammar_tokenizer
 from ..engine.sampling import SamplingParams
 from ..engine.sequence import GenerationSettings, check_prompt_fits
 from ..errors import ContextOverflowError, SpecrunError
 from ..models.chat_template import RESERVED
-from ..models.tool_calls import ToolSyntax, tool_syntax
+from ..models.tool_syntax import ToolSyntax, tool_syntax
 from ..runtime.pair import Pair
 from ..runtime.session import Session
 from .metrics import Metrics
@@ -385,10 +386,10 @@ class Service:
         grammar_tokenizer(self.engine.target.model)
         return constraint, param
 
-    def _given(self, tokens: list[int], body: Sampling) -> dict[str, object]:
+    def _given(self, tokens: list[int], body: Sampling) -> tuple[object, ...]:
         """What the request hands the drafters: its prediction's tokens, and prompt lookup's pool
         (named by the client, else by the prompt's opening tokens), unless either side opts out."""
-        given: dict[str, object] = {}
+        given: list[object] = []
         if body.prediction is not None:
             text = body.prediction.text()
             self._check_bytes(len(text.encode("utf-8")), "prediction")
@@ -401,7 +402,7 @@ class Service:
                     "context_length_exceeded",
                 ) from None
             if predicted:
-                given[defaults.PREDICTION] = predicted
+                given.append(Predicted(tuple(predicted)))
         if self.options.lookup_pool and body.lookup_pool is not False:
             client = body.prompt_cache_key or body.user or body.safety_identifier
             if client:
@@ -409,8 +410,8 @@ class Service:
             else:
                 opening = ",".join(map(str, tokens[: defaults.LOOKUP_POOL_KEY_PREFIX]))
                 key = "prompt:" + hashlib.sha256(opening.encode()).hexdigest()[:16]
-            given[defaults.LOOKUP] = LookupStart(pool_key=key)
-        return given
+            given.append(LookupStart(pool_key=key))
+        return tuple(given)
 
     # -- running -----------------------------------------------------------------------------
 

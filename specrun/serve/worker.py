@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .. import defaults
 from ..engine import compute_thread
 from ..engine.auto.control import Controller
 from ..engine.constraint import ConstraintError
+from ..engine.drafting.prediction import Predicted
 from ..engine.sequence import SequenceState
 from ..engine.step import Engine, StepReport, Update
 from .metrics import Metrics
@@ -402,7 +402,7 @@ class Worker:
             speed=gen.stats.decode_rate_at(end - (t.admitted or t.arrived)) or None,
             completion=end - t.arrived,
         )
-        prediction = handle.job.given.get(defaults.PREDICTION)
+        prediction = next((g.tokens for g in handle.job.given if isinstance(g, Predicted)), None)
         self._send(
             handle,
             Event(

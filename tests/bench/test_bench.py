@@ -17,6 +17,7 @@ from specrun import defaults
 from specrun.atomic import write_atomic
 from specrun.bench import prompts as bench_prompts
 from specrun.bench.environment import file_hash
+from specrun.bench.pair_engine import PairEngine
 from specrun.bench.prompts import BenchPrompt
 from specrun.bench.render import (
     csv_text,
@@ -32,7 +33,6 @@ from specrun.bench.runner import (
     BenchSettings,
     Calibration,
     Config,
-    PairEngine,
     RunRecord,
     StepSample,
     compare,
@@ -112,7 +112,8 @@ class FakeEngine:
 
     def calibrate(self, tokens, batch_sizes, reps):
         self.calls.append(("calibrate", len(tokens), tuple(batch_sizes)))
-        return Calibration(len(tokens), 0.010, {b: 0.010 * (1 + 0.25 * (b - 1)) for b in batch_sizes}, 0.002)
+        verify = {b: 0.010 * (1 + 0.25 * (b - 1)) for b in batch_sizes}
+        return Calibration(len(tokens), 0.010, verify, 0.002, passes={defaults.MODEL: {1: 0.002}})
 
     def output_rows(self, prompt, output, constraint=None):
         """Plain's token 10 + i tops row i; the planted 999 is a near-tie (0.05 below) everywhere,

@@ -12,6 +12,7 @@ import pytest
 from test_bench import FakeEngine, bench_cli, fake_doc
 
 from specrun.bench import prompts as bench_prompts
+from specrun.bench.pair_engine import PairEngine
 from specrun.bench.prompts import BenchPrompt
 from specrun.bench.render import summary_lines, table_rows
 from specrun.bench.runner import (
@@ -19,7 +20,6 @@ from specrun.bench.runner import (
     INVALID,
     VALID,
     BenchSettings,
-    PairEngine,
     check_answer,
     configurations,
     run_bench,

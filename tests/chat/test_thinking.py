@@ -51,7 +51,7 @@ def test_json_carries_the_reasoning_apart(thinker):
 @pytest.mark.slow
 def test_think_and_no_think_reach_the_template(thinker):
     """Qwen3's template closes an empty reasoning in the prompt when enable_thinking is false."""
-    from specrun.engine.llama import Model
+    from specrun.engine.model import Model
 
     default, on, off = (
         run_json("hi", "--target", thinker, *PLAIN, *flag)["stats"]["prompt_tokens"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from cli_helpers import run_json, specrun
 
-from specrun.engine.llama import Model
+from specrun.engine.model import Model
 from specrun.runtime.chat_format import ChatFormat
 
 GREEDY = ["--temp", "0", "--raw", "--ignore-eos", "-n", "32", "--draft", "none"]

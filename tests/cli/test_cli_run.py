@@ -59,7 +59,7 @@ ODD_CONTENT = "a\u0000b \u2028 \U0001f327\ufe0f \x7f \U0010ffff é"  # NUL, sepa
 def test_nul_and_every_code_point_reach_the_model_through_run_and_chat(tiny_target):
     """The whole message is rendered and tokenized, NUL included (C strings would cut it there):
     the prompt `run` and `chat` feed has as many tokens as the rendered conversation."""
-    from specrun.engine.llama import Model
+    from specrun.engine.model import Model
     from specrun.runtime.chat_format import ChatFormat
 
     model = Model(tiny_target)

@@ -320,7 +320,9 @@ def test_sequences_sharing_a_sliding_window_cache_cut_back_exactly(swa_target):
     row equals a fresh single-sequence pass over the same history. llama.cpp hands a cell that has
     left its sequence's window to the next token stored, whichever sequence's, so a cut would
     otherwise find part of the window gone."""
-    from specrun.engine.llama import Context, LoadOptions, Model, Segment
+    from specrun.engine.llama import Context
+    from specrun.engine.model import LoadOptions, Model
+    from specrun.engine.segments import Segment
 
     model = Model(swa_target, LoadOptions(use_extra_bufts=False))
     ctx = Context(model, n_seq=2, n_ctx=256, n_threads=1, n_batch=64)
@@ -354,7 +356,9 @@ def test_a_recurrent_cache_serving_several_sequences_cuts_each_back_exactly(hybr
     steps (some reusing part of a kept cache), a verification pass over every active sequence (1..8
     tokens each), snapshot cuts of rejected tokens right after it. Every row equals a fresh
     single-sequence pass over the same history."""
-    from specrun.engine.llama import Context, LoadOptions, Model, Segment
+    from specrun.engine.llama import Context
+    from specrun.engine.model import LoadOptions, Model
+    from specrun.engine.segments import Segment
 
     model = Model(hybrid_target, LoadOptions(use_extra_bufts=False))
     ctx = Context(model, n_seq=4, n_ctx=256, n_threads=1, n_batch=64, rollback=8)
@@ -408,7 +412,8 @@ def test_a_recurrent_cache_serving_several_sequences_cuts_each_back_exactly(hybr
 
 
 def test_a_sliding_window_context_of_more_sequences_than_it_can_pin_is_refused_with_the_fix(swa_target):
-    from specrun.engine.llama import Context, LoadOptions, Model
+    from specrun.engine.llama import Context
+    from specrun.engine.model import LoadOptions, Model
     from specrun.errors import SpecrunError
 
     model = Model(swa_target, LoadOptions(use_extra_bufts=False))

@@ -9,8 +9,10 @@ from serve_helpers import FLAT_COSTS, costs_of, load_pair
 
 from specrun.engine.drafting.model import ModelDrafter
 from specrun.engine.drafting.protocol import DraftRequest
-from specrun.engine.llama import Context, LoadOptions, Model, Segment
+from specrun.engine.llama import Context
+from specrun.engine.model import LoadOptions, Model
 from specrun.engine.sampling import SamplingParams, make_rng
+from specrun.engine.segments import Segment
 from specrun.engine.sequence import GenerationSettings
 from specrun.errors import ContextOverflowError
 from specrun.runtime.pair import Pair

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from specrun.engine.auto.costs import DecodeCosts
-from specrun.engine.llama import Context, Model, common_prefix
+from specrun.engine.llama import Context, common_prefix
+from specrun.engine.model import Model
 from specrun.engine.sampling import SamplingParams
 from specrun.engine.sequence import GenerationSettings
 from specrun.runtime.pair import Pair, PairConfig

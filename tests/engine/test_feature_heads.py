@@ -79,11 +79,15 @@ def test_the_head_reads_the_layers_it_was_made_for(head_pair):
     kind, pair = head_pair
     session = pair.session
     assert session.target_ctx.features == pair.feature_model.feature_head.layers
-    assert session.head_ctx.other is session.target_ctx and session.mtp is not None and session.mtp.name == kind
+    assert (
+        session.head_ctx.other is session.target_ctx
+        and session.head_drafter is not None
+        and session.head_drafter.name == kind
+    )
     assert defaults.MTP not in session.engine.drafters  # the head is not taken for the target's own heads
     if kind == "dflash":
-        assert session.mtp.k_max == 7 and session.mtp.mask == 3
-        assert session.mtp.top_k == pair.feature_model.feature_head.selector_top_k
+        assert session.head_drafter.k_max == 7 and session.head_drafter.mask == 3
+        assert session.head_drafter.top_k == pair.feature_model.feature_head.selector_top_k
 
 
 @pytest.mark.parametrize("mode", ["head", "auto"])
@@ -176,7 +180,7 @@ def test_the_head_keeps_only_the_target_rows_it_has_not_read(head_pair):
     pinned(pair, HEAD_PAYS)()
     generation = pair.generation(pair.prompt_tokens(PROMPT, chat=False), settings, mode=kind)
     list(generation.run())
-    kept = pair.session.mtp.hidden._rows.get(0, {})
+    kept = pair.session.head_drafter.hidden._rows.get(0, {})
     read = len(pair.session.head_ctx.tokens[0])  # EAGLE-3's cache is a position behind: its next pair reads `read`
     assert kept and min(kept) >= read - 1
     width = len(pair.feature_model.feature_head.layers) * 64
@@ -230,7 +234,8 @@ def test_an_eagle3_catch_up_reads_its_rows_without_outputs_before_the_row_it_dra
     a pass of its own first: one pass for a few rows, two for many, with the same answer."""
     import llama_cpp
 
-    from specrun.engine.llama import QUIET_ROWS, HeadSegment
+    from specrun.engine.head_passes import QUIET_ROWS
+    from specrun.engine.segments import HeadSegment
 
     pair = Pair(PairConfig(heads["target"], heads["eagle3"], ctx_size=512, threads=1))
     head = pair.session.head_ctx

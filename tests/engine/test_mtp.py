@@ -53,7 +53,7 @@ def mtp_pair(hybrid_mtp_target):
 def test_the_target_with_heads_loads_them_and_reads_its_hidden_rows(mtp_pair):
     session = mtp_pair.session
     assert mtp_pair.target_model.mtp_heads == 1
-    assert session.mtp is not None and session.head_ctx is not None and session.target_ctx.hidden
+    assert session.head_drafter is not None and session.head_ctx is not None and session.target_ctx.hidden
     assert session.head_ctx.rewind == "positions" and session.target_ctx.rewind == "snapshots"
 
 
@@ -392,7 +392,7 @@ def test_a_gemma4_assistant_samples_from_the_target_distribution(gemma4_target, 
     session = pair.session
     saved = session.costs, session._auto
     try:
-        assert session.head_ctx.other is session.target_ctx and session.mtp.k_max is None
+        assert session.head_ctx.other is session.target_ctx and session.head_drafter.k_max is None
         chi2, drafted, detail = sampled_fit(pair, pair.prompt_tokens(ASSISTED, chat=False), "mtp", sampling=WARM)
         assert drafted > RUNS // 10
         assert chi2 < CHI2_999, detail
@@ -465,7 +465,9 @@ def test_a_gemma4_assistant_keeps_only_the_target_rows_it_can_still_read(gemma4_
         generation = pair.generation(prompt, settings(max_tokens=40), mode="off")
         list(generation.run())
         assert generation.stats.generated_tokens == 40
-        assert list(pair.session.mtp.hidden._rows[0]) == [len(prompt) + 40 - 2]  # the row behind the last token
+        assert list(pair.session.head_drafter.hidden._rows[0]) == [
+            len(prompt) + 40 - 2
+        ]  # the row behind the last token
     finally:
         pair.close()
 

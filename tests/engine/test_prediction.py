@@ -9,7 +9,14 @@ from serve_helpers import FLAT_COSTS, costs_of
 from test_engine import CHI2_999, RUNS, first_two_distribution
 
 from specrun import defaults
-from specrun.engine.drafting.prediction import SEPARATOR, Prediction, PredictionDrafter, beside_lookup, kept_tokens
+from specrun.engine.drafting.prediction import (
+    SEPARATOR,
+    Predicted,
+    Prediction,
+    PredictionDrafter,
+    beside_lookup,
+    kept_tokens,
+)
 from specrun.engine.drafting.protocol import Draft, DraftRequest, DraftTuning
 from specrun.engine.sampling import SamplingParams
 from specrun.engine.sequence import GenerationSettings
@@ -74,7 +81,7 @@ def test_no_draft_runs_past_the_prediction():
 
 def test_a_sequence_without_a_prediction_gets_an_empty_proposal():
     drafter = PredictionDrafter(TUNING)
-    drafter.begin(0, PROMPT, PREDICTED)
+    drafter.begin(0, PROMPT, Predicted(tuple(PREDICTED)))
     drafter.begin(1, PROMPT, None)
     sampling = SamplingParams(temperature=0.0)
     made = drafter.propose([DraftRequest(s, PROMPT + [10], 4, sampling, None) for s in (0, 1)])
@@ -156,11 +163,11 @@ def test_the_engine_offers_the_prediction_beside_lookups_proposal(pair, monkeypa
     seen = []
     real = PredictionDrafter.beside
 
-    def beside(own, lookup):
+    def beside(self, own, lookup):
         seen.append((list(own.tokens), list(lookup.tokens) if lookup is not None else None))
-        return real(own, lookup)
+        return real(self, own, lookup)
 
-    monkeypatch.setattr(PredictionDrafter, "beside", staticmethod(beside))
+    monkeypatch.setattr(PredictionDrafter, "beside", beside)
     prompt = pair.prompt_tokens("predict me", chat=False)
     plain, _ = answer(pair, prompt, "off")
     answer(pair, prompt, "auto", prediction=plain)

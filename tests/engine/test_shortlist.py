@@ -11,8 +11,10 @@ import pytest
 
 from specrun.engine.drafting.model import ModelDrafter
 from specrun.engine.drafting.protocol import DraftRequest, DraftTuning
-from specrun.engine.llama import Context, LoadOptions, Model, Segment
+from specrun.engine.llama import Context
+from specrun.engine.model import LoadOptions, Model
 from specrun.engine.sampling import SamplingParams, make_rng
+from specrun.engine.segments import Segment
 from specrun.engine.sequence import GenerationSettings
 from specrun.engine.shortlist import Shortlist, argmax, argmax_rows
 from specrun.engine.step import Engine

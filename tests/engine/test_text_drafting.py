@@ -13,7 +13,8 @@ from tiny_models import write_tiny_gguf
 
 from specrun.engine.drafting.protocol import DraftRequest
 from specrun.engine.drafting.text import GREEDY, TextDrafter, complete_utf8
-from specrun.engine.llama import Context, LoadOptions, Model
+from specrun.engine.llama import Context
+from specrun.engine.model import LoadOptions, Model
 from specrun.engine.sampling import SamplingParams
 from specrun.models.compat import check_pair
 from specrun.runtime.pair import Pair, PairConfig

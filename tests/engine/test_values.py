@@ -10,8 +10,8 @@ import pytest
 from specrun.engine import constraint
 from specrun.engine.drafting.protocol import DraftRequest
 from specrun.engine.drafting.values import FIRST_PRIOR, ValueCopy, ValueDrafter
-from specrun.engine.llama import Model
 from specrun.engine.matcher import Matcher
+from specrun.engine.model import Model
 from specrun.engine.sampling import SamplingParams, make_rng
 
 PEOPLE = {

@@ -7,7 +7,8 @@ import httpx
 import pytest
 from serve_helpers import FLAT_COSTS, WAIT, load_pair, served
 
-from specrun import defaults
+from specrun.engine.drafting.lookup import LookupStart
+from specrun.engine.drafting.protocol import handed
 from specrun.engine.sequence import GenerationSettings
 from specrun.serve.schemas import ChatRequest
 
@@ -123,7 +124,7 @@ def test_a_bad_or_huge_prediction_is_a_400_naming_it(pair):
 def test_each_request_names_its_lookup_pool_unless_it_or_the_server_opts_out(pair):
     def pool(service, **body) -> str | None:
         request = ChatRequest.model_validate({"messages": [{"role": "user", "content": "hi there"}], **body})
-        start = service.chat_job(request).given.get(defaults.LOOKUP)
+        start = handed(service.chat_job(request).given, LookupStart)
         return None if start is None else start.pool_key
 
     with served(pair, costs=FLAT_COSTS) as running:

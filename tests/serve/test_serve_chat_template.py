@@ -125,7 +125,7 @@ def test_a_model_without_think_tags_has_no_reasoning_field(tiny_server):
 def test_nul_and_every_code_point_reach_the_model_intact(tiny_server, tiny_target):
     """The prompt the server feeds is the rendered conversation tokenized, NUL and all: its length
     and the greedy answer to it (computed straight through llama.cpp from those ids) match."""
-    from specrun.engine.llama import Model
+    from specrun.engine.model import Model
     from specrun.models.chat_template import ChatTemplate
 
     server, _ = tiny_server

@@ -25,7 +25,8 @@ from datetime import datetime, timezone
 import numpy as np
 
 from ... import defaults
-from ..llama import Context, HeadSegment
+from ..llama import Context
+from ..segments import HeadSegment
 
 CALIBRATION_SIZES = defaults.CALIBRATION_SIZES
 CALIBRATION_REPS = defaults.CALIBRATION_REPS
@@ -203,7 +204,7 @@ def time_head(
     """Fastest seconds of a head pass over each number of rows, as `time_batches` times a model's
     passes: a head pass costs the same whatever hidden rows it is given, so zeros stand in."""
     spec = head.model.feature_head
-    if spec is not None and spec.kind == defaults.DFLASH:
+    if spec is not None and spec.drafts_blocks:
         return _time_blocks(head, tokens, sizes, reps, meter, seq)
     zeros = np.zeros(head.model.n_embd if spec is not None else head.model.n_embd_out, dtype=np.float32)
     if head.other is not None and spec is None:

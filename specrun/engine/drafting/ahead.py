@@ -5,16 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .protocol import Proposals
+from .protocol import Proposals, Traits
 
 
-class AheadDrafter:
+class AheadDrafter(Traits):
     """Per-sequence states (anything with `feedback(drafted, accepted)`), nothing to read ahead."""
 
     ahead = True
-    ctx = None
-    saved_with_target = False
-    k_max = None
 
     def __init__(self):
         self.states: dict = {}

@@ -17,18 +17,17 @@ from ... import defaults
 from ..llama import Context
 from .depth import draft_by_depth
 from .hidden import HiddenRows
-from .protocol import DraftPass, DraftRequest, DraftTuning, Proposals, Sources
+from .protocol import DraftPass, DraftRequest, DraftTuning, Proposals, Sources, Traits
 
 
-class AssistantDrafter:
+class AssistantDrafter(Traits):
     """Drafts with the assistant's context `ctx`, made on the target context `target` (made with
     hidden=True), whose sequence ids it shares. It takes the MTP heads' place: a Gemma 4 target
     has none of its own."""
 
     name = defaults.MTP
-    ahead = False
-    saved_with_target = False
-    k_max = None
+    title = "Gemma 4 MTP assistant"
+    runs_head = True
 
     def __init__(self, ctx: Context, target: Context, *, tuning: DraftTuning = DraftTuning()):
         self.ctx = ctx

@@ -28,19 +28,23 @@ from collections.abc import Sequence
 import numpy as np
 
 from ... import defaults
-from ..llama import Context, HeadSegment
+from ..llama import Context
+from ..segments import HeadSegment
 from .depth import choose
 from .hidden import HiddenRows
-from .protocol import Draft, DraftPass, DraftRequest, DraftTuning, Proposals, Sources
+from .protocol import Draft, DraftPass, DraftRequest, DraftTuning, Proposals, Sources, Traits
 
 
-class DFlashDrafter:
+class DFlashDrafter(Traits):
     """Drafts with the DFlash head context `head`, made on the target context `target` (made with
     the head's feature layers), whose sequence ids it shares."""
 
     name = defaults.DFLASH
-    ahead = False
+    title = "DFlash head"
     saved_with_target = False  # injected from the target's rows: read again after a restore
+    runs_head = True
+    reads_layer_inputs = True
+    drafts_blocks = True
 
     def __init__(self, head: Context, target: Context, *, tuning: DraftTuning = DraftTuning()):
         self.ctx = head

@@ -24,7 +24,8 @@ from dataclasses import replace
 import numpy as np
 
 from ... import defaults
-from ..llama import Context, HeadSegment
+from ..llama import Context
+from ..segments import HeadSegment
 from .hidden import HiddenRows
 from .mtp import MtpDrafter
 from .protocol import DraftPass, DraftRequest, DraftTuning, Proposals, Sources
@@ -35,7 +36,9 @@ class Eagle3Drafter(MtpDrafter):
     the head's feature layers), whose sequence ids it shares."""
 
     name = defaults.EAGLE3
+    title = "EAGLE-3 head"
     saved_with_target = False  # its cache is a position behind the target's: read again after a restore
+    reads_layer_inputs = True
 
     def __init__(self, head: Context, target: Context, *, tuning: DraftTuning = DraftTuning()):
         self.ctx = head

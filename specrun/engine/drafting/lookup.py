@@ -30,6 +30,8 @@ class LookupDrafter(AheadDrafter):
     unless its generation brings a lookup (`LookupStart`)."""
 
     name = defaults.LOOKUP
+    title = "prompt lookup"
+    takes = LookupStart
 
     def __init__(self, tuning: DraftTuning = DraftTuning(), *, pool: LookupPool | None = None):
         super().__init__()

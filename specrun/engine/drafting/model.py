@@ -14,13 +14,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from ... import defaults
-from ..llama import Context, Segment
+from ..llama import Context
+from ..segments import Segment
 from .depth import draft_by_depth
-from .protocol import DraftPass, DraftRequest, DraftTuning, Proposals, Sources
+from .protocol import DraftPass, DraftRequest, DraftTuning, Proposals, Sources, Traits
 from .vocab_bridge import VocabBridge
 
 
-class ModelDrafter:
+class ModelDrafter(Traits):
     """Drafts with a small model on its own context, whose sequence ids are the target's.
 
     A sequence's draft stops early when the draft's top probability falls below `draft_p_min`
@@ -29,9 +30,9 @@ class ModelDrafter:
     """
 
     name = defaults.MODEL
-    ahead = False
+    title = "draft model"
     saved_with_target = True
-    k_max = None
+    runs_model = True
 
     def __init__(self, ctx: Context, *, tuning: DraftTuning = DraftTuning(), bridge: VocabBridge | None = None):
         self.ctx = ctx

@@ -28,20 +28,22 @@ import time
 from collections.abc import Sequence
 
 from ... import defaults
-from ..llama import Context, HeadSegment
+from ..llama import Context
+from ..segments import HeadSegment
 from .depth import draft_by_depth
 from .hidden import HiddenRows
-from .protocol import DraftPass, DraftRequest, DraftTuning, Proposals, Sources
+from .protocol import DraftPass, DraftRequest, DraftTuning, Proposals, Sources, Traits
 
 
-class MtpDrafter:
+class MtpDrafter(Traits):
     """Drafts with the head context `head` on the target context `target` (made with hidden=True),
     whose sequence ids it shares. `chained`: how many heads are trained one per depth (0: one head
     reused at every depth); chained heads draft one token each, so that is its `k_max`."""
 
     name = defaults.MTP
-    ahead = False
+    title = "MTP heads"
     saved_with_target = True
+    runs_head = True
 
     def __init__(self, head: Context, target: Context, *, tuning: DraftTuning = DraftTuning(), chained: int = 0):
         self.ctx = head

@@ -20,6 +20,7 @@ following the answer through it, whichever drafter drafted them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ... import defaults
 from ..llama import common_prefix
@@ -114,12 +115,21 @@ def beside_lookup(prediction: Draft, lookup: Draft | None) -> Draft:
     return Draft(prediction.tokens, prediction.q, judged[:shared] + own[shared:])
 
 
+@dataclass(frozen=True)
+class Predicted:
+    """What a request hands the prediction drafter: the tokens its answer is expected to be."""
+
+    tokens: tuple[int, ...]
+
+
 class PredictionDrafter(AheadDrafter):
-    """Drafts each sequence's answer from the prediction its request brought (`begin` with a token
-    list); a sequence without one gets no proposals."""
+    """Drafts each sequence's answer from the prediction its request brought (`begin` with a
+    `Predicted`); a sequence without one gets no proposals."""
 
     name = defaults.PREDICTION
+    title = "predicted outputs"
     defers_to = defaults.LOOKUP  # the step offers its proposals beside lookup's (`beside`)
+    takes = Predicted
 
     def __init__(self, tuning: DraftTuning = DraftTuning()):
         super().__init__()
@@ -130,8 +140,8 @@ class PredictionDrafter(AheadDrafter):
 
     def begin(self, seq: int, prompt: Sequence[int], given: object | None) -> None:
         self.states.pop(seq, None)
-        if given is not None and len(given) > 0:
-            self.states[seq] = Prediction(list(given), len(prompt), self.tuning)
+        if isinstance(given, Predicted) and given.tokens:
+            self.states[seq] = Prediction(list(given.tokens), len(prompt), self.tuning)
 
     def propose(self, requests: Sequence[DraftRequest]) -> Proposals:
         """A proposal for every request, empty without a prediction: the planner then knows there
@@ -145,9 +155,8 @@ class PredictionDrafter(AheadDrafter):
     def finish(self, seq: int, history: Sequence[int]) -> None:
         self.states.pop(seq, None)
 
-    @staticmethod
-    def beside(own: Draft, lookup: Draft | None) -> Draft:
-        return beside_lookup(own, lookup)
+    def beside(self, own: Draft, other: Draft | None) -> Draft:
+        return beside_lookup(own, other)
 
 
 def build(sources: Sources) -> PredictionDrafter:

@@ -111,6 +111,14 @@ class Proposals:
         return sum(p.seconds for p in self.passes)
 
 
+def handed(given: Sequence[object], kind: type | None) -> object | None:
+    """What a caller hands the drafter that `takes` values of `kind`: the first of `given` of that
+    type (None where the drafter takes nothing, or nothing of its type was given)."""
+    if kind is None:
+        return None
+    return next((value for value in given if isinstance(value, kind)), None)
+
+
 class Drafter(Protocol):
     """Anything that drafts for sequences of the engine.
 
@@ -120,21 +128,41 @@ class Drafter(Protocol):
     `ctx`: the context holding its own cache (sequence ids shared with the target's), or None.
     `saved_with_target`: that cache holds only what it read of its sequence's history, so the
     prompt cache saves and restores it beside the target's (engine/prompt_cache.py).
-    `k_max`: the most tokens it drafts in a step (None: any)."""
+    `k_max`: the most tokens it drafts in a step (None: any).
+    `runs_model`: it runs the session's draft model (one such drafter per session: its costs are
+    timed as the draft model's, and modes that name the draft model draft with it).
+    `reads_layer_inputs`: it reads the target's layer inputs, which the target then captures on
+    every pass while it may draft.
+    `drafts_blocks`: a draft of m tokens is one pass over m + 1 rows (priced per block, not per token).
+    `runs_head`: it runs the session's head context (its costs are timed as the head's).
+    `defers_to`: another drafter's name, whose proposal for the same sequence the step hands to
+    `beside` so that what both propose is judged once (None: it stands alone).
+    `takes`: the type of what a caller hands it at `begin` (None: nothing).
+    `title`: what it is called where people read it ("prompt lookup")."""
 
     name: str
+    title: str
     ahead: bool
     ctx: Context | None
     saved_with_target: bool
     k_max: int | None
+    runs_model: bool
+    reads_layer_inputs: bool
+    drafts_blocks: bool
+    runs_head: bool
+    defers_to: str | None
+    takes: type | None
+
+    def beside(self, own: Draft, other: Draft | None) -> Draft:
+        """Its proposal as it stands beside `defers_to`'s for the same sequence."""
 
     def configure(self, tuning: DraftTuning) -> None:
         """Draft as `tuning` says from now on."""
 
     def begin(self, seq: int, prompt: Sequence[int], given: object | None) -> None:
-        """A generation of `prompt` starts on `seq`; `given` is what its caller hands this drafter
-        (a session's prompt lookup that outlives its generations, a request's predicted output),
-        or None."""
+        """A generation of `prompt` starts on `seq`; `given` is what its caller hands this drafter,
+        a value of its `takes` type (a session's prompt lookup that outlives its generations, a
+        request's predicted output), or None."""
 
     def finish(self, seq: int, history: Sequence[int]) -> None:
         """The generation on `seq` is over; `history` is its prompt and answer."""
@@ -153,3 +181,22 @@ class Drafter(Protocol):
 
     def forget(self, seq: int) -> None:
         """The sequence's caches were dropped: drop what is kept for it, its own cache included."""
+
+
+class Traits:
+    """The traits a drafter declares, as most drafters have them; a drafter class sets the ones
+    that differ."""
+
+    ahead = False
+    ctx = None
+    saved_with_target = False
+    k_max = None
+    runs_model = False
+    reads_layer_inputs = False
+    drafts_blocks = False
+    runs_head = False
+    defers_to = None
+    takes = None
+
+    def beside(self, own: Draft, other: Draft | None) -> Draft:
+        return own

@@ -16,10 +16,11 @@ import time
 from collections.abc import Sequence
 
 from ... import defaults
-from ..llama import Context, Model, common_prefix
+from ..llama import Context, common_prefix
+from ..model import Model
 from ..sampling import SamplingParams
 from .model import ModelDrafter
-from .protocol import Draft, DraftPass, DraftRequest, DraftTuning, Proposals, Sources
+from .protocol import Draft, DraftPass, DraftRequest, DraftTuning, Proposals, Sources, Traits
 
 GREEDY = SamplingParams(temperature=0.0)
 TAIL = 3  # committed target tokens re-tokenized with each draft
@@ -59,15 +60,14 @@ class _Rendered:
         self.ids: list[int] = []
 
 
-class TextDrafter:
+class TextDrafter(Traits):
     """Drafts for the target with a model of another vocabulary on its own context (sequence ids
     shared with the target's); stops a draft early below `draft_p_min` after `draft_min` tokens, as
     the draft model does."""
 
     name = defaults.TEXT
-    ahead = False
-    saved_with_target = False
-    k_max = None
+    title = "draft model, through text"
+    runs_model = True
 
     def __init__(self, ctx: Context, target: Model, *, tuning: DraftTuning = DraftTuning()):
         self.ctx = ctx

@@ -217,6 +217,7 @@ class ValueDrafter(AheadDrafter):
     sequence without a constraint gets no proposals."""
 
     name = defaults.VALUES
+    title = "values copied from the prompt"
 
     def configure(self, tuning: DraftTuning) -> None:
         """Nothing to tune: it copies what the prompt holds, and the plan cuts it to K."""

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..llama import Model
+from ..model import Model
 
 
 class VocabBridge:

@@ -14,8 +14,8 @@
 # The first session's first turn reads Claude Code's instructions cold, on each server in turn.
 # Then REPEATS (default 4) more sessions follow, each turn asked of both servers one after the
 # other, the order alternating turn by turn, so that a slow moment of the machine or of Claude
-# Code's own start falls on both alike. Every session runs with HOME in a fresh temporary folder,
-# all of them in one working folder, telemetry and nonessential traffic off. Writes OUT_DIR/turns.json
+# Code's own start falls on both alike. Each server's sessions share a HOME in a fresh temporary
+# folder, all of them one working folder, telemetry and nonessential traffic off. Writes OUT_DIR/turns.json
 # (every session's seconds per server) and prints each turn and, per turn, the median over the
 # sessions (scripts/turns_summary.py).
 # CTX (default 32768: Claude Code's first request is ~20,000 tokens), THREADS, PORT (specrun;
@@ -63,15 +63,15 @@ wait_port "${PORTS[llama]}"
 
 RECORD=$OUT/turns.tsv
 : >"$RECORD"
-# Every session works in one folder: Claude Code's instructions name it, so a new session's first
-# request shares all of them with the last one's (each server may answer it from its cache); each
-# session's own HOME keeps `--continue` to that session.
+# Every session works in one folder, and each server's sessions in one HOME of their own
+# (home-a, home-b: the same length): Claude Code's instructions name both, so a new session's first
+# request shares all of them with that server's last one (each server may answer it from its
+# cache). Sessions run one after another, so `--continue` takes up the session under way.
 WORK=$SCRATCH/work
-mkdir -p "$WORK"
+declare -A HOMES=([specrun]=$SCRATCH/home-a [llama]=$SCRATCH/home-b)
+mkdir -p "$WORK" "${HOMES[specrun]}" "${HOMES[llama]}"
 turn() {  # label, session, turn index: one `claude -p` against that server, timed into RECORD
-    local label=$1 session=$2 i=$3 home work=$WORK out start end status=0
-    home=$SCRATCH/$label-$session/home
-    mkdir -p "$home"
+    local label=$1 session=$2 i=$3 home=${HOMES[$1]} work=$WORK out start end status=0
     out=$OUT/$label.session$session.turn$i.txt
     local continue=()
     [ "$i" -gt 0 ] && continue=(--continue)

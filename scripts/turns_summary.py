@@ -45,9 +45,7 @@ def per_turn(sessions: dict[int, dict[int, tuple[float, int]]]) -> dict[int, lis
 def table(runs) -> tuple[str, bool]:
     """The Markdown table, and whether specrun's median is at most llama-server's on every later turn."""
     turns = sorted({t for sessions in runs.values() for recorded in sessions.values() for t in recorded})
-    header = ["server", "turn 1, cold (s)"] + [
-        f"turn {t + 1}, {'warm ' if t == 0 else ''}median (s)" for t in turns
-    ]
+    header = ["server", "turn 1, cold (s)"] + [f"turn {t + 1}, {'warm ' if t == 0 else ''}median (s)" for t in turns]
     rows = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
     medians: dict[str, dict[int, float]] = {}
     for name, label in SERVERS:
@@ -76,7 +74,9 @@ def main(argv: list[str]) -> int:
         print("usage: turns_summary.py TURNS.tsv OUT.json", file=sys.stderr)
         return 2
     runs = read(Path(argv[0]))
-    failed = [(s, n, t) for s, sessions in runs.items() for n, rec in sessions.items() for t, (_, c) in rec.items() if c]
+    failed = [
+        (s, n, t) for s, sessions in runs.items() for n, rec in sessions.items() for t, (_, c) in rec.items() if c
+    ]
     text, ahead = table(runs)
     print(text)
     print(f"\nspecrun's median at most llama-server's on every turn after the first: {'yes' if ahead else 'no'}")

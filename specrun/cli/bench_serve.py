@@ -270,7 +270,7 @@ def _calibrate(pair: Pair, parallel: int) -> dict:
     return {
         "verify_s": {str(k): round(v, 6) for k, v in costs.verify_s.items()},
         "draft_s": {str(k): round(v, 6) for k, v in costs.draft_s.items()} if costs.draft_s else None,
-        "mtp_s": {str(k): round(v, 6) for k, v in costs.mtp_s.items()} if costs.mtp_s else None,
+        "mtp_s": {str(k): round(v, 6) for k, v in costs.head_s.items()} if costs.head_s else None,
     }
 
 

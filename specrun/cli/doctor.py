@@ -204,7 +204,7 @@ def costs_report(measured: DecodeCosts, calibrated: bool, gpu: bool, head: Draft
     head_name = head.name if head is not None else None
     costs = Costs.measured(measured.verify_s, {defaults.MODEL: measured.draft_token_s or 0.0})
     if head_s:  # the head drafts like a draft model whose token costs one head pass (DFlash: a block, one pass)
-        curve = CostCurve.of(measured.mtp_s)
+        curve = CostCurve.of(measured.head_s)
         costs = Costs(
             costs.verify, {**costs.draft, head_name: curve}, blocks={head_name} if head.drafts_blocks else set()
         )

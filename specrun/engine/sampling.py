@@ -86,12 +86,6 @@ class Dist:
         ids, weights = ids[keep], weights[keep]
         return cls(tuple(ids.tolist()), tuple((weights / weights.sum()).tolist()))
 
-    @classmethod
-    def from_dense(cls, probs: np.ndarray) -> Dist:
-        """The distribution a full-vocabulary probability vector describes."""
-        ids = np.flatnonzero(probs > 0)
-        return cls.of(ids, probs[ids])
-
     def prob(self, token: int) -> float:
         i = bisect_left(self.ids, token)
         return self.p[i] if i < len(self.ids) and self.ids[i] == token else 0.0

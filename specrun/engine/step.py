@@ -412,11 +412,11 @@ class Engine:
         else:
             verdict = self.policy.verifier(draft.tokens, draft.q, rows, state.sampling, state.rng)
         self.target.trim(state.seq, base + 1 + verdict.accepted)
-        n_draft, accepted = n_rows - head, max(0, verdict.accepted - head)
+        drafted, accepted = n_rows - head, max(0, verdict.accepted - head)
         if verdict.accepted < head:
-            n_draft = 0
-        if n_draft and choice.drafter is not None:
-            self.drafters[choice.drafter].learn(state.seq, n_draft, accepted)
+            drafted = 0
+        if drafted and choice.drafter is not None:
+            self.drafters[choice.drafter].learn(state.seq, drafted, accepted)
             if self.policy.auto:
                 own = state.own.get(choice.drafter)
                 if own is None:
@@ -428,13 +428,13 @@ class Engine:
             kept,
             text,
             choice,
-            n_draft,
+            drafted,
             accepted,
             forced=min(forced, len(kept)),
             lead=head,
             lead_kept=common_prefix(lead.tokens, kept) if lead is not None else 0,
         )
-        return update, Outcome(choice, n_draft, accepted)
+        return update, Outcome(choice, drafted, accepted)
 
     def _finish(self, update: Update) -> Update:
         """Close a sequence that met a stop condition: its held-back text, and its slot back."""

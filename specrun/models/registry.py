@@ -157,10 +157,6 @@ class Registry:
         """Pairs whose target is `model_name`, the default first, so a target alone finds a draft."""
         return sorted((p for p in self.pairs.values() if p.target == model_name), key=lambda p: not p.default)
 
-    def heads_for_target(self, model_name: str) -> list[ModelEntry]:
-        """The draft heads (models with a `target`) trained for `model_name`, in registry order."""
-        return [m for m in self.models.values() if m.target == model_name]
-
 
 def _suggest(name: str, names: Mapping[str, Any] | list[str], listing: str) -> str:
     close = difflib.get_close_matches(name, list(names), n=3, cutoff=0.5)

@@ -316,7 +316,7 @@ class Session:
         model's, the head's), and which of them draft a block per pass: what auto is seeded with
         and the bench prices steps by."""
         timed = {}
-        for drafter, seconds in ((self.model_drafter, costs.draft_passes()), (self.head_drafter, costs.mtp_s)):
+        for drafter, seconds in ((self.model_drafter, costs.draft_passes()), (self.head_drafter, costs.head_s)):
             if drafter is not None and seconds:
                 timed[drafter.name] = dict(seconds)
         return timed, frozenset(name for name in timed if self.engine.drafters[name].drafts_blocks)
@@ -373,7 +373,7 @@ class Session:
         if self.costs is None:
             models = self.models
             self.costs = None if measure else cost_cache.load(models.costs_key, models.threads)
-            if self.costs is not None and self.head_drafter is not None and not self.costs.mtp_s:
+            if self.costs is not None and self.head_drafter is not None and not self.costs.head_s:
                 self.costs = None  # kept before this target's head was timed
             if self.costs is None:
                 models.warn(

@@ -200,4 +200,4 @@ def test_the_servers_start_from_the_heads_pass_costs_too(feature_target, eagle3_
         pair.close()
     assert calibration["mtp_s"] and all(seconds > 0 for seconds in calibration["mtp_s"].values())
     costs = bench_serve._seeded_costs(calibration)
-    assert costs.mtp_s == {int(rows): seconds for rows, seconds in calibration["mtp_s"].items()}
+    assert costs.head_s == {int(rows): seconds for rows, seconds in calibration["mtp_s"].items()}

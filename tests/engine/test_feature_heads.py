@@ -23,8 +23,8 @@ PROMPT = "the quick brown fox"
 WARM = SamplingParams(temperature=0.8, top_k=3, top_p=1.0, min_p=0.0)
 SAMPLED = "def f(x):"  # no near-tie at the top-k edge for the first two tokens (see first_two_distribution)
 VERIFY = {n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}  # a batch costs about one token, as on a GPU
-HEAD_PAYS = DecodeCosts(VERIFY, None, mtp_s={1: 0.0005, 2: 0.0005, 8: 0.0006, 32: 0.002})
-HEAD_COSTS_TOO_MUCH = DecodeCosts(VERIFY, None, mtp_s={1: 0.2, 2: 0.2, 8: 0.25, 32: 0.5})  # a block beats no pass
+HEAD_PAYS = DecodeCosts(VERIFY, None, head_s={1: 0.0005, 2: 0.0005, 8: 0.0006, 32: 0.002})
+HEAD_COSTS_TOO_MUCH = DecodeCosts(VERIFY, None, head_s={1: 0.2, 2: 0.2, 8: 0.25, 32: 0.5})  # a block beats no pass
 HEADS = ["eagle3", "dflash", "dflash2"]  # DFlash2 drafts under --spec dflash
 
 
@@ -265,12 +265,12 @@ def test_the_calibration_times_the_heads_passes_as_they_run(head_pair):
     takes no longer one), the rows of more sequences read off the curve."""
     kind, pair = head_pair
     costs = pair.session.calibrate()
-    sizes = sorted(costs.mtp_s)
+    sizes = sorted(costs.head_s)
     if kind == "dflash":
         assert sizes[0] == 2 and sizes[-1] == pair.feature_model.feature_head.block
     else:
         assert sizes[0] == 1
-    assert all(seconds > 0 for seconds in costs.mtp_s.values())
+    assert all(seconds > 0 for seconds in costs.head_s.values())
 
 
 def test_the_target_keeps_its_layer_inputs_only_while_the_head_may_draft(head_pair):

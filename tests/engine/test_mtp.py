@@ -61,7 +61,7 @@ def test_the_target_with_heads_loads_them_and_reads_its_hidden_rows(mtp_pair):
 SAMPLED = "1 2 3 4"  # no near-tie at the top-k edge for the first two tokens (see first_two_distribution)
 ASSISTED = "abc"  # the same, for the gemma4 target
 WARM = SamplingParams(temperature=0.8, top_k=3, top_p=1.0, min_p=0.0)
-HEAD_PAYS = DecodeCosts({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, None, mtp_s={1: 0.0005, 32: 0.002})
+HEAD_PAYS = DecodeCosts({n: 0.010 + 0.0001 * n for n in (1, 2, 4, 8, 16, 32)}, None, head_s={1: 0.0005, 32: 0.002})
 
 
 @pytest.mark.parametrize("mode", ["off", "mtp", "auto"])
@@ -248,8 +248,8 @@ def test_the_heads_pass_costs_are_measured_and_cached_with_the_others(mtp_pair, 
 
     session = mtp_pair.session
     measured = session.measure()
-    assert measured.mtp_s and set(measured.mtp_s) >= {1} and all(s > 0 for s in measured.mtp_s.values())
-    assert DecodeCosts.from_dict(measured.to_dict()).mtp_s == measured.mtp_s
+    assert measured.head_s and set(measured.head_s) >= {1} and all(s > 0 for s in measured.head_s.values())
+    assert DecodeCosts.from_dict(measured.to_dict()).head_s == measured.head_s
     # costs kept before this target's head was timed are measured again, and the head is seeded
     trusted = Conditions(cpu_share=1.0, major_faults=0, load_average=0.0)
     old = DecodeCosts({1: 0.01, 2: 0.011}, None, trusted)
@@ -258,7 +258,7 @@ def test_the_heads_pass_costs_are_measured_and_cached_with_the_others(mtp_pair, 
     saved = session.costs
     try:
         session.costs = None
-        assert session.decode_costs().mtp_s
+        assert session.decode_costs().head_s
         assert "mtp" in session.controller(4).passes
     finally:
         session.costs = saved

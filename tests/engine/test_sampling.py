@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from dists import dense
 
 from specrun.engine import sampling
-from specrun.engine.sampling import Dist, SamplingParams, Uniforms, make_rng, sample, top_ids
+from specrun.engine.sampling import SamplingParams, Uniforms, make_rng, sample, top_ids
 
 LOGITS = np.log(np.array([0.4, 0.3, 0.2, 0.06, 0.04]))
 
@@ -101,8 +102,8 @@ def test_the_sparse_distribution_is_the_full_vectors_and_draws_the_same_tokens()
 
 
 def test_residuals_remove_the_proposal_as_speculative_sampling_defines():
-    p = Dist.from_dense(np.array([0.5, 0.3, 0.2, 0.0]))
-    q = Dist.from_dense(np.array([0.1, 0.6, 0.0, 0.3]))
+    p = dense(np.array([0.5, 0.3, 0.2, 0.0]))
+    q = dense(np.array([0.1, 0.6, 0.0, 0.3]))
     assert np.allclose(p.minus(q).dense(4), np.array([0.4, 0.0, 0.2, 0.0]) / 0.6)
     assert np.allclose(p.without(0).dense(4), [0.0, 0.6, 0.4, 0.0])
     assert p.prob(3) == 0.0 and p.prob(1) == pytest.approx(0.3)

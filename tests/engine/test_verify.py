@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from dists import dense
 
 from specrun.engine.sampling import Dist, SamplingParams, make_rng
 from specrun.engine.shortlist import Shortlist
@@ -42,7 +43,7 @@ def test_first_rejection_commits_exactly_one_target_token():
 
 P = np.array([0.5, 0.2, 0.15, 0.1, 0.05, 0.0])
 Q = np.array([0.1, 0.4, 0.1, 0.0, 0.2, 0.2])
-P_DIST = Dist.from_dense(P)
+P_DIST = dense(P)
 DRAWS = 60_000
 
 
@@ -50,7 +51,7 @@ def empirical_first_token(q: np.ndarray | None, seed: int) -> np.ndarray:
     """Distribution of the first committed token when the draft is sampled from q (or fixed)."""
     rng = make_rng(seed)
     counts = np.zeros(len(P))
-    q_dist = None if q is None else Dist.from_dense(q)
+    q_dist = None if q is None else dense(q)
     for _ in range(DRAWS):
         if q_dist is None:
             draft, q_rows = [1], None
@@ -88,7 +89,7 @@ def test_first_token_distribution_by_enumerating_the_uniforms(q):
     proposals = [(x, q[x]) for x in range(len(P)) if q[x] > 0] if q is not None else [(1, 1.0)]
     found = np.zeros(len(P))
     for x, weight in proposals:
-        q_rows = None if q is None else [Dist.from_dense(q)]
+        q_rows = None if q is None else [dense(q)]
         for u1 in grid:
             verdict = verify_sampling([x], q_rows, lambda i: P_DIST, Uniforms(u1))
             if verdict.accepted:

@@ -81,7 +81,7 @@ def test_shipped_draft_heads_name_their_targets_and_stay_out_of_pairs():
     paired = {name for p in reg.pairs.values() for name in (p.target, p.draft)}
     for name, target in SHIPPED_HEADS.items():
         head = reg.model(name)
-        assert reg.heads_for_target(target) == [head]
+        assert heads_for(reg, target) == [head]
         assert reg.model(target).family == head.family and head.family is not None, name
         assert head.quant == "Q8_0" and not head.verified and name not in paired
         kind = "EAGLE-3" if name.endswith("-eagle3") else "DFlash"
@@ -93,7 +93,7 @@ def test_shipped_draft_heads_name_their_targets_and_stay_out_of_pairs():
             assert not head.hf.sha256 and head.size is None
         else:  # the pinned community conversions quote a digest and an exact size
             assert len(head.hf.sha256) == 1 and head.size and head.hf.file.endswith("-DFlash.Q8_0.gguf")
-    assert reg.heads_for_target("qwen2.5-coder-1.5b") == []
+    assert heads_for(reg, "qwen2.5-coder-1.5b") == []
     assert reg.model("gpt-oss-20b-eagle3").hf.spec == "hf:ggml-org/gpt-oss-20b-GGUF/eagle3-gpt-oss-20b-Q8_0.gguf"
     assert reg.model("qwen3.5-27b-dflash").hf.sha256[0].startswith("e24126896291")
 
@@ -123,7 +123,7 @@ def test_a_head_names_a_model_the_registry_defines(isolated, tmp_path):
     assert "names target 'qwen2.5-coder-15b'" in err.value.message and "qwen2.5-coder-1.5b" in err.value.hint
     extra = write_registry(tmp_path / "extra.toml", head.replace('"t"', '"qwen2.5-coder-1.5b"'))
     reg = load_registry(extra)
-    assert [m.name for m in reg.heads_for_target("qwen2.5-coder-1.5b")] == ["h"]
+    assert [m.name for m in heads_for(reg, "qwen2.5-coder-1.5b")] == ["h"]
     with pytest.raises(RegistryError, match="names itself as its target"):
         parse_text(head.replace('"t"', '"h"'), "self.toml")
     with pytest.raises(RegistryError, match="'target' in model 'h' in bad.toml must be a non-empty str"):
@@ -339,3 +339,8 @@ def test_an_unverified_model_is_said_each_time_it_is_used(tmp_path, capsys):
     assert said.count("'new' is unverified") == 2 and "not checked against a digest" in said
     resolve_spec("old", registry)
     assert capsys.readouterr().err == ""
+
+
+def heads_for(reg, model_name: str) -> list:
+    """The draft heads (models with a `target`) trained for `model_name`, in registry order."""
+    return [m for m in reg.models.values() if m.target == model_name]

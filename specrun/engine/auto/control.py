@@ -106,7 +106,9 @@ class Controller(Exploration):
                 if ask.in_hand[name]:
                     options.append(Option(name, list(ask.in_hand[name])))
             elif self._known(name) and self._affords_catch_up(ask, name) and self._repays_catch_up(name, ask):
-                options.append(Option(name, reachable(self.acceptance(name, ask.own.get(name), self._cap(name, ask)))))
+                options.append(
+                    Option(name, reachable(self.acceptance(name, ask.own.get(name), self._k_max_for(name, ask))))
+                )
         return options
 
     # -- the per-step protocol ---------------------------------------------------------------

@@ -72,12 +72,12 @@ class DecodeCosts:
     conditions: Conditions | None = field(default=None, compare=False)
     draft_prefill_token_s: float | None = None  # per token of a draft pass over PREFILL_BATCH
     draft_s: dict[int, float] | None = None  # draft pass seconds by rows, every size timed
-    mtp_s: dict[int, float] | None = None  # the head (MTP, assistant, EAGLE-3, DFlash): pass seconds by rows
+    head_s: dict[int, float] | None = None  # the head (MTP, assistant, EAGLE-3, DFlash): pass seconds by rows
 
     @property
     def head_pass_s(self) -> float | None:
         """The head's smallest pass: one row (a DFlash head: its last token and one mask)."""
-        return self.mtp_s[min(self.mtp_s)] if self.mtp_s else None
+        return self.head_s[min(self.head_s)] if self.head_s else None
 
     def draft_passes(self) -> dict[int, float]:
         """Draft pass seconds by rows, from what was timed."""
@@ -94,7 +94,8 @@ class DecodeCosts:
             "draft_token_s": self.draft_token_s,
             "draft_prefill_token_s": self.draft_prefill_token_s,
             "draft_s": {str(k): v for k, v in self.draft_s.items()} if self.draft_s else None,
-            "mtp_s": {str(k): v for k, v in self.mtp_s.items()} if self.mtp_s else None,
+            # the head's passes, under the key saved cost caches already use
+            "mtp_s": {str(k): v for k, v in self.head_s.items()} if self.head_s else None,
         }
         if self.conditions is not None:
             data["conditions"] = asdict(self.conditions)
@@ -103,14 +104,14 @@ class DecodeCosts:
     @classmethod
     def from_dict(cls, data: dict) -> DecodeCosts:
         conditions = data.get("conditions")
-        draft, mtp = data.get("draft_s"), data.get("mtp_s")
+        draft, head = data.get("draft_s"), data.get("mtp_s")
         return cls(
             {int(k): float(v) for k, v in data["verify_s"].items()},
             data.get("draft_token_s"),
             Conditions(**conditions) if conditions else None,
             data.get("draft_prefill_token_s"),
             {int(k): float(v) for k, v in draft.items()} if draft else None,
-            {int(k): float(v) for k, v in mtp.items()} if mtp else None,
+            {int(k): float(v) for k, v in head.items()} if head else None,
         )
 
 

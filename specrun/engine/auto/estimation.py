@@ -130,21 +130,21 @@ class Estimation:
         self._ceilings.clear()
         self._costs = None
 
-    def horizon(self, drafter: str) -> int:
+    def k_max_of(self, drafter: str) -> int:
         """The most tokens `drafter` ever drafts a step: k_max, or its own cap (a DFlash block, a
         chain of MTP heads), beyond which its costs and rates are never read."""
         return min(self.k_max, self.drafter_k_max.get(drafter, self.k_max))
 
-    def _cap(self, name: str, ask: Ask) -> int:
+    def _k_max_for(self, name: str, ask: Ask) -> int:
         """The most tokens `name` may draft for `ask` this step."""
-        return min(ask.k_max, self.horizon(name))
+        return min(ask.k_max, self.k_max_of(name))
 
     def _step_costs(self, drafter: str) -> list[float]:
-        """Seconds of one sequence's step drafting m tokens with `drafter`, for m = 0..horizon (read
+        """Seconds of one sequence's step drafting m tokens with `drafter`, for m = 0..k_max_of(drafter) (read
         once per observation: the ceiling, hopelessness and exploration's worth all ask)."""
         if drafter not in self._step_s:
             costs = self.costs()
-            self._step_s[drafter] = [costs.step_seconds(m, drafter) for m in range(self.horizon(drafter) + 1)]
+            self._step_s[drafter] = [costs.step_seconds(m, drafter) for m in range(self.k_max_of(drafter) + 1)]
         return self._step_s[drafter]
 
     def _track(self, name: str) -> DrafterEstimates:
@@ -180,7 +180,7 @@ class Estimation:
         return 1.0 / max(self.verify(1), 1e-12) if self.verify else None
 
     def profile(self, drafter: str) -> list[tuple[float, float]] | None:
-        """(expected tokens, expected seconds) of one sequence's step with `drafter` for K = 1..horizon;
+        """(expected tokens, expected seconds) of one sequence's step with `drafter` for K = 1..k_max_of(drafter);
         None until its costs are known. Draft length m under cap K has P(m ≥ j) = Π_{i≤j} l_i, and
         the step costs draft(m) + verify(m + 1)."""
         if drafter not in self._profiles:
@@ -195,14 +195,14 @@ class Estimation:
         reach = [1.0] + track.length.survival()
         cost = self._step_costs(drafter)
         out, tokens, shorter = [], 1.0, 0.0
-        for k in range(1, self.horizon(drafter) + 1):
+        for k in range(1, self.k_max_of(drafter) + 1):
             tokens += accept[k - 1]
             shorter += (reach[k - 1] - reach[k]) * cost[k - 1]
             out.append((tokens, max(shorter + reach[k] * cost[k], 1e-12)))
         return out
 
     def rates(self, drafter: str) -> list[float] | None:
-        """Expected tokens per second of `drafter` for K = 1..horizon (None until its costs are known)."""
+        """Expected tokens per second of `drafter` for K = 1..k_max_of(drafter) (None until its costs are known)."""
         profile = self.profile(drafter)
         return None if profile is None else [tokens / seconds for tokens, seconds in profile]
 

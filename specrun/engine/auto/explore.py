@@ -182,8 +182,8 @@ class Exploration(Estimation):
                     and self.worth_exploring(name, self.warmup_steps - track.steps, ask.remaining, catch_up)
                 ):
                     self._charge(name, tried)
-                    option = Option(name, self.acceptance(name, ask.own.get(name), self._cap(name, ask)))
-                    grants.append((Grant(ask.seq, option, min(self.k_start, self._cap(name, ask))), "warmup"))
+                    option = Option(name, self.acceptance(name, ask.own.get(name), self._k_max_for(name, ask)))
+                    grants.append((Grant(ask.seq, option, min(self.k_start, self._k_max_for(name, ask))), "warmup"))
                     taken.add(ask.seq)
                 break
         return grants
@@ -212,7 +212,7 @@ class Exploration(Estimation):
                     or current.reason != "best"
                 ):
                     continue
-                k = min(self.probe_k, self._cap(name, ask))
+                k = min(self.probe_k, self._k_max_for(name, ask))
                 catch_up = ask.catch_up_s.get(name, 0.0)
                 if not self.affords(name, tried := self.try_seconds(name, 1, catch_up)):
                     break  # the asks behind it have as much to catch up or more

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,9 +18,6 @@ from ..errors import SpecrunError
 from .buffer_views import float_view
 from .lib import _llama, _llama_ext
 from .segments import HeadSegment, Segment
-
-if TYPE_CHECKING:
-    from .llama import Context
 
 
 class HeadPasses:
@@ -176,7 +172,7 @@ class _ExtBatch:
     both, each at its position; the rows are kept alive until the pass has read them. `what` names
     the batch in a refusal, `who` the head in a failed pass."""
 
-    def __init__(self, ctx: Context, what: str, who: str = "the draft head"):
+    def __init__(self, ctx: HeadPasses, what: str, who: str = "the draft head"):
         self.ctx, self.what, self.who = ctx, what, who
         self.lib = _llama()
         self.batch = ctx._head_batch

@@ -106,6 +106,7 @@ def plain_answer(tiny_target: Path) -> tuple[list[int], list[int], str]:
         pair.close()
 
 
+@pytest.mark.slow
 def test_a_drafter_registered_from_outside_drafts_everywhere_auto_runs(tiny_target, registered, monkeypatch):
     prompt, answer, text = plain_answer(tiny_target)
     monkeypatch.setenv(CONTINUATION, json.dumps(prompt + answer))

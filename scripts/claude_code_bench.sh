@@ -36,7 +36,7 @@ FOLLOWUPS=${FOLLOWUPS:-2}
 REPEATS=${REPEATS:-4}
 TURNS=("Reply with just the word ready.")
 for ((i = 0; i < FOLLOWUPS && i < ${#WORDS[@]}; i++)); do
-    TURNS+=("Now reply with just the word ${WORDS[$i]}.")
+    TURNS+=("Now reply with just the word ${WORDS[$i]}")  # the session's number and a period follow
 done
 LABELS=(specrun llama)
 declare -A PORTS=([specrun]=$PORT [llama]=$((PORT + 1)))
@@ -70,6 +70,9 @@ RECORD=$OUT/turns.tsv
 WORK=$SCRATCH/work
 declare -A HOMES=([specrun]=$SCRATCH/home-a [llama]=$SCRATCH/home-b)
 mkdir -p "$WORK" "${HOMES[specrun]}" "${HOMES[llama]}"
+ask() {  # session, turn index: the turn's words (a later turn names its session, so no session repeats another)
+    if [ "$2" -eq 0 ]; then echo "${TURNS[0]}"; else echo "${TURNS[$2]} $(($1 + 1))."; fi
+}
 turn() {  # label, session, turn index: one `claude -p` against that server, timed into RECORD
     local label=$1 session=$2 i=$3 home=${HOMES[$1]} work=$WORK out start end status=0
     out=$OUT/$label.session$session.turn$i.txt
@@ -79,7 +82,7 @@ turn() {  # label, session, turn index: one `claude -p` against that server, tim
     (cd "$work" && HOME="$home" DISABLE_TELEMETRY=1 DISABLE_AUTOUPDATER=1 DISABLE_ERROR_REPORTING=1 \
         CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 ANTHROPIC_BASE_URL="http://127.0.0.1:${PORTS[$label]}" \
         ANTHROPIC_API_KEY=bench ANTHROPIC_MODEL=qwen ANTHROPIC_DEFAULT_HAIKU_MODEL=qwen \
-        timeout "${TURN_TIMEOUT:-1800}" claude -p "${continue[@]}" "${TURNS[$i]}" >"$out" 2>&1) || status=$?
+        timeout "${TURN_TIMEOUT:-1800}" claude -p "${continue[@]}" "$(ask "$session" "$i")" >"$out" 2>&1) || status=$?
     end=$(date +%s.%N)
     printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$session" "$i" "$("$PY" -c "print($end - $start)")" "$status" >>"$RECORD"
     echo "$label session $session turn $((i + 1)): $(printf '%.2f' "$(cut -f4 <(tail -n1 "$RECORD"))") s, exit $status: $(head -c 60 "$out" | tr '\n' ' ')"

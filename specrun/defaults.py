@@ -21,7 +21,6 @@ VALUES = "values"  # a constrained answer's values copied from its prompt, close
 EAGLE3 = "eagle3"  # an EAGLE-3 head: one decoder layer on three of the target's layer inputs
 DFLASH = "dflash"  # a DFlash head: a block of drafts per pass from the target's layer inputs
 FEATURE_HEADS = (EAGLE3, DFLASH)  # heads given as the draft that read the target's layer inputs
-BLOCK_DRAFTERS = frozenset({DFLASH})  # drafters whose draft of m tokens is one pass over m + 1 rows
 DRAFT_MODEL_DRAFTERS = (MODEL, TEXT)  # the drafters that run a draft model, one per session
 DRAFT_MAX = 4  # K in the fixed modes when neither --draft-max nor the pair says; auto starts from it
 RECURRENT_K_MAX = 8  # draft tokens a recurrent or hybrid target can take back: one state snapshot each, per sequence

@@ -25,6 +25,7 @@ from ..engine import compute_thread
 from ..engine.auto.control import Controller
 from ..engine.constraint import ConstraintError
 from ..engine.drafting.prediction import Predicted
+from ..engine.drafting.protocol import handed
 from ..engine.sequence import SequenceState
 from ..engine.step import Engine, StepReport, Update
 from .metrics import Metrics
@@ -402,7 +403,8 @@ class Worker:
             speed=gen.stats.decode_rate_at(end - (t.admitted or t.arrived)) or None,
             completion=end - t.arrived,
         )
-        prediction = next((g.tokens for g in handle.job.given if isinstance(g, Predicted)), None)
+        predicted = handed(handle.job.given, Predicted)
+        prediction = predicted.tokens if predicted is not None else None
         self._send(
             handle,
             Event(

@@ -124,6 +124,15 @@ LookupPool = Annotated[
         rich_help_panel=SERVER,
     ),
 ]
+LogRequests = Annotated[
+    bool,
+    typer.Option(
+        "--log-requests/--no-log-requests",
+        help="One line on stderr per answered request: prompt tokens cached and read, tokens written, the time of "
+        "each, drafts kept.",
+        rich_help_panel=SERVER,
+    ),
+]
 ORIGIN = re.compile(r"^https?://[^/\s?#]+$")
 
 
@@ -151,6 +160,7 @@ def serve(
     cors_origin: CorsOrigin = None,
     cache_ram: CacheRam = None,
     lookup_pool: LookupPool = "on",
+    log_requests: LogRequests = True,
     quiet: opt.Quiet = False,
 ) -> None:
     """Serve the models over OpenAI's API (chat, completions, Responses) and Anthropic's Messages API,
@@ -210,6 +220,7 @@ def serve(
                 draft_max=k_max,
                 cache_ram=defaults.cache_ram_mib() if cache_ram is None else cache_ram,
                 lookup_pool=pool == "on",
+                log_requests=log_requests and not quiet,
                 base=base,
             )
             service = Service(loaded, options, warn=out.warn)

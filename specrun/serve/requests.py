@@ -83,3 +83,20 @@ def report(state: SequenceState, *, prediction: Sequence[int] | None = None) -> 
     if state.settings.constraint is not None:
         timings["forced_n"] = state.stats.forced_tokens
     return {"usage": usage, "timings": timings}
+
+
+def log_line(kind: str, answer: dict) -> str:
+    """One line per answered request for the server's log: where its time went, as `report` measured it
+    (the prompt tokens read and found cached, the tokens written, what was drafted and kept)."""
+    t = answer["timings"]
+    usage = answer["usage"]
+    line = (
+        f"specrun serve: {kind} · prompt {usage['prompt_tokens']} tokens ({t['cache_n']} cached, "
+        f"{t['prompt_n']} read in {t['prompt_ms'] / 1000:.2f} s) · {t['predicted_n']} tokens in "
+        f"{t['predicted_ms'] / 1000:.2f} s"
+    )
+    if t["draft_n"]:
+        line += f" · {t['draft_n_accepted']} of {t['draft_n']} drafted kept"
+    if t["queue_ms"] >= 1:
+        line += f" · queued {t['queue_ms'] / 1000:.2f} s"
+    return line

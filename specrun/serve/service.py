@@ -64,6 +64,7 @@ class ServeOptions:
     draft_max: int = defaults.AUTO_K_MAX  # the most draft tokens a step may verify per request
     cache_ram: int = field(default_factory=defaults.cache_ram_mib)  # MiB of host RAM for saved caches (0: none)
     lookup_pool: bool = True  # prompt lookup may draft from earlier requests' texts
+    log_requests: bool = True  # one line on the log (warn) per answered request
     base: GenerationSettings = GenerationSettings()  # filters, drafters' tuning; temperature when a request gives none
 
     def connections(self) -> int:
@@ -136,6 +137,7 @@ class Service:
             metrics=self.metrics,
             before_step=before_step,
             warn=warn,
+            log=warn if options.log_requests else None,
         )
 
     def _gauges(self) -> dict[str, tuple[str, float]]:

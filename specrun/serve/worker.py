@@ -29,7 +29,7 @@ from ..engine.drafting.protocol import handed
 from ..engine.sequence import SequenceState
 from ..engine.step import Engine, StepReport, Update
 from .metrics import Metrics
-from .requests import Job, finish_reason, report
+from .requests import Job, finish_reason, log_line, report
 from .scheduler import LengthEstimates, Scheduler, predicted_seconds
 
 
@@ -117,6 +117,7 @@ class Worker:
         metrics: Metrics | None = None,
         before_step: Callable[[], None] | None = None,
         warn: Callable[[str], None] | None = None,
+        log: Callable[[str], None] | None = None,
     ):
         self.engine = engine
         self.controller = controller
@@ -127,6 +128,7 @@ class Worker:
         self.metrics = metrics or Metrics()
         self.before_step = before_step
         self.warn = warn
+        self.log = log  # one line per answered request (requests.log_line), when given
         self.changed = threading.Condition()  # notified at every change of state; tests wait on it
         self._active: dict[int, Handle] = {}  # job id → handle
         self._draining = False
@@ -405,17 +407,13 @@ class Worker:
         )
         predicted = handed(handle.job.given, Predicted)
         prediction = predicted.tokens if predicted is not None else None
+        answer = report(gen, prediction=prediction)
         self._send(
             handle,
-            Event(
-                update.text,
-                update.tokens,
-                True,
-                finish_reason(gen),
-                report(gen, prediction=prediction),
-                stop_sequence=gen.text.stopped_by,
-            ),
+            Event(update.text, update.tokens, True, finish_reason(gen), answer, stop_sequence=gen.text.stopped_by),
         )
+        if self.log is not None:
+            self.log(log_line(handle.job.kind, answer))
 
     def _fail(
         self, handle: Handle, error: str, message: str, outcome: str = "rejected", param: str | None = None

@@ -239,6 +239,22 @@ def test_an_unknown_field_is_ignored_and_named_once_in_the_log(pair):
             assert len(named) == 1 and path in named[0], said
 
 
+def test_each_answered_request_is_one_line_in_the_log_unless_turned_off(pair):
+    for log_requests in (True, False):
+        said: list[str] = []
+        with served(pair, costs=FLAT_COSTS, mode="off", warn=said.append, log_requests=log_requests) as running:
+            for _ in range(2):
+                answer = post(running.url, CHAT, {"messages": HI, "max_tokens": 3}).json()
+        lines = [line for line in said if line.startswith("specrun serve: chat · prompt")]
+        if not log_requests:
+            assert lines == [], said
+            continue
+        assert len(lines) == 2, said
+        timings = answer["timings"]
+        assert f"prompt {answer['usage']['prompt_tokens']} tokens ({timings['cache_n']} cached, " in lines[1]
+        assert f"· {timings['predicted_n']} tokens in " in lines[1]
+
+
 def test_a_known_field_keeps_its_strict_type(server):
     refused(post(server.url, CHAT, {"messages": HI, "max_tokens": "2"}), "max_tokens")
     refused(post(server.url, CHAT, {"messages": [{"role": "user", "content": 5}]}), "messages.0.content")

@@ -70,6 +70,8 @@ LOOKUP_POOL_KEY_PREFIX = 32  # without a `user`, a request's pool is named by it
 # the prompt cache in host RAM (--cache-ram)
 CACHE_RAM_MAX_MIB = 8192  # by default the smaller of this and a quarter of the machine's memory
 PROMPT_CACHE_MIN_GAIN = 16  # a saved cache is restored when it spares reading at least this many more tokens
+FIM_PREFIX_TOKENS = 1536  # an infill prompt keeps the prefix's last this many tokens (llama-server's, at its batch)
+FIM_SUFFIX_TOKENS = 512  # … and the suffix's first this many, less the cursor line and two markers
 
 # Constrained answers (JSON schemas, regexes, grammars: engine/constraint.py)
 CONSTRAINT_MAX_CHARS = 100_000  # a schema, regex or grammar longer than this is refused
@@ -148,3 +150,4 @@ SERVE_SPARE_CONNECTIONS = (
     16  # connections beyond --parallel + --queue (health checks, metrics, clients between requests)
 )
 COMPLETION_MAX_TOKENS = 16  # /v1/completions without max_tokens, as OpenAI's API defaults
+INFILL_MAX_TOKENS = 256  # /infill without n_predict: a block at the cursor, not a file

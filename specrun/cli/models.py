@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from ..errors import IncompatibleModelsError, InputError, ModelFileError
+from ..errors import IncompatibleModelsError, InputError, ModelFileError, SpecrunError
 from ..models import digests, discover
 from ..models.fetch import (
     availability,
@@ -95,6 +95,7 @@ def pairs(
             "draft_max": p.draft_max,
             "note": p.note,
             "available": models[p.target]["offline"] and models[p.draft]["offline"],
+            "infill": _infill(models[p.target]),
             "target": models[p.target],
             "draft": models[p.draft],
         }
@@ -114,14 +115,30 @@ def pairs(
                 f"{human_size(t['size'])} + {human_size(d['size'])}",
                 _pair_local(t, d, r["name"]),
                 "yes" if r["verified"] else "no",
+                "?" if r["infill"] is None else "yes" if r["infill"] else "no",
             ]
         )
         if long and r["note"]:
-            rows.append(["", f"  {r['note']}", "", "", "", ""])
-    print(_table(rows, ["PAIR (* default)", "TARGET", "DRAFT", "SIZE", "LOCAL", "VERIFIED"]))
+            rows.append(["", f"  {r['note']}", "", "", "", "", ""])
+    print(_table(rows, ["PAIR (* default)", "TARGET", "DRAFT", "SIZE", "LOCAL", "VERIFIED", "INFILL"]))
+    if any(r["infill"] is None for r in records):
+        print("\nINFILL ?: the target is not on disk yet; `specrun check` says once it is")
     loose = sorted(set(reg.models) - {n for p in reg.pairs.values() for n in (p.target, p.draft)})
     if loose:
         print(f"\nother models: {', '.join(loose)} (specrun pull NAME; `specrun drafts NAME` finds partners)")
+
+
+def _infill(target: dict) -> str | None:
+    """How the target fills in the middle ("" when it cannot; None: not on disk, so not known)."""
+    if not target["path"]:
+        return None
+    from ..engine.model import read_vocabulary  # llama.cpp loads only here
+
+    try:
+        fim = read_vocabulary(target["path"]).fim
+    except SpecrunError:
+        return None
+    return fim.describe() if fim is not None else ""
 
 
 def _pair_local(t: dict, d: dict, pair_name: str) -> str:

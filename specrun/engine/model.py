@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .. import defaults
 from ..errors import InputError, ModelFileError, SpecrunError
+from ..models.fim import FimTokens, read_fim_tokens
 from .lib import _llama, init_backend
 
 
@@ -36,6 +37,7 @@ class Vocabulary:
     chat_template: str | None = field(repr=False)
     name: str | None
     round_trips: bool = True  # sample text tokenized and detokenized comes back as it was (drafting through text works)
+    fim: FimTokens | None = None  # its fill-in-the-middle markers (None: it cannot infill)
 
 
 def read_vocabulary(path: str | os.PathLike) -> Vocabulary:
@@ -56,6 +58,8 @@ def read_vocabulary(path: str | os.PathLike) -> Vocabulary:
         vocab = lib.llama_model_get_vocab(model)
         n = lib.llama_vocab_n_tokens(vocab)
         arch = _meta(model, "general.architecture")
+        texts = tuple(lib.llama_vocab_get_text(vocab, i) or b"" for i in range(n))
+        ids = {text: i for i, text in enumerate(texts)}
         return Vocabulary(
             path=Path(path),
             size=os.path.getsize(path),
@@ -65,12 +69,13 @@ def read_vocabulary(path: str | os.PathLike) -> Vocabulary:
             eos=int(lib.llama_vocab_eos(vocab)),
             add_bos=bool(lib.llama_vocab_get_add_bos(vocab)),
             add_eos=bool(lib.llama_vocab_get_add_eos(vocab)),
-            texts=tuple(lib.llama_vocab_get_text(vocab, i) or b"" for i in range(n)),
+            texts=texts,
             architecture=arch,
             n_ctx_train=_int(_meta(model, f"{arch}.context_length")),
             chat_template=_meta(model, "tokenizer.chat_template"),
             name=_meta(model, "general.name"),
             round_trips=_round_trips(vocab),
+            fim=read_fim_tokens(vocab, lambda text: ids.get(text.encode())),
         )
     finally:
         lib.llama_model_free(model)
@@ -241,6 +246,19 @@ class Model(FreedOnCollection):
         self.feature_head = FeatureHead.of(self) if self.arch in defaults.FEATURE_HEADS else None
         self.bos = int(lib.llama_vocab_bos(self.vocab))  # -1: the vocabulary has none
         self.eos = int(lib.llama_vocab_eos(self.vocab))
+        self._fim: FimTokens | None | bool = False  # False: not read yet
+
+    @property
+    def fim(self) -> FimTokens | None:
+        """Its fill-in-the-middle markers (None: it cannot infill), read once."""
+        if self._fim is False:
+            self._fim = read_fim_tokens(self.vocab, self._special_token)
+        return self._fim
+
+    def _special_token(self, text: str) -> int | None:
+        """The id of the one special token spelled `text` (None: no such token)."""
+        tokens = self.tokenize(text, add_special=False, parse_special=True)
+        return tokens[0] if len(tokens) == 1 and self.token_text(tokens[0]) == text else None
 
     def is_eog(self, token: int) -> bool:
         """Any end-of-generation token of the vocabulary (EOS, EOT, <|im_end|>, …)."""

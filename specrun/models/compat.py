@@ -208,8 +208,14 @@ def _info(t: Vocabulary, d: Vocabulary) -> tuple[Info, ...]:
         Info(
             "chat template", _template_summary(t.chat_template), _template_summary(d.chat_template), template == "same"
         ),
+        Info("fill in the middle", _fim_summary(t), _fim_summary(d), t.fim == d.fim),
         Info("file size", t.size, d.size, t.size == d.size),
     )
+
+
+def _fim_summary(vocab: Vocabulary) -> str:
+    """Whether the model can infill (/infill, `run --fim-prefix`), and how."""
+    return vocab.fim.describe() if vocab.fim is not None else "no (no FIM tokens)"
 
 
 def _template_summary(template: str | None) -> str:

@@ -73,6 +73,8 @@ def test_pairs_json_lists_default_and_availability(capsys, world):
     first, second = doc["pairs"][0], by_name["tt+remote"]
     assert first["name"] == "tt+chunky" and first["default"] and first["verified"] and first["available"]
     assert first["target"]["where"] == "file" and first["target"]["path"]
+    assert first["infill"] == ""  # the tiny target has no FIM tokens; a target not on disk is not known yet
+    assert second["infill"] is None or second["target"]["path"]
     assert first["draft"]["where"] == "pip bundle" and first["draft"]["offline"] and first["draft"]["path"] is None
     assert not second["available"] and not by_name["qwen2.5-coder-1.5b+0.5b"]["default"]
     assert second["draft"]["where"] == "Hugging Face" and second["draft"]["hf"] == "hf:o/remote/r.gguf"
@@ -86,6 +88,7 @@ def test_pairs_table(capsys, world):
     lines = out.splitlines()
     assert lines[0].startswith("PAIR")
     assert lines[1].startswith("tt+chunky *") and "yes (file; pip bundle, assembled on first use)" in lines[1]
+    assert lines[0].split()[-1] == "INFILL" and lines[1].split()[-1] == "no"
     assert "tiny" in lines[2]
     assert any("tt+remote" in line and "no (specrun pull tt+remote)" in line for line in lines)
 

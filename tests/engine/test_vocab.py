@@ -33,6 +33,7 @@ def test_same_vocabulary_is_compatible(tiny_target, tiny_draft):
     info = {i.name: i for i in report.info}
     assert info["architecture"].target == "llama" and info["architecture"].same
     assert info["context length"].target == 512
+    assert info["fill in the middle"].target == "no (no FIM tokens)"
     assert info["chat template"].same
     json.dumps(report.to_dict())
     assert require_draftable(tiny_target, tiny_draft).drafting == "token"

@@ -179,6 +179,8 @@ def write_tiny_gguf(
     eog_like: dict[str, int] | None = None,
     eog_scale: float = 1.05,
     added_tokens: Sequence[str] = (),
+    special_tokens: Sequence[str] = (),
+    metadata: dict[str, int] | None = None,
     successors: dict[str, str] | None = None,
     extra_merges: Sequence[str] = (),
     layer_scale: float = 0.2,
@@ -209,6 +211,10 @@ def write_tiny_gguf(
     within the scale of the top one): an end-of-generation token at a place `frequent_token` can
     predict. Applied after the noise, so a draft keeps the relation.
 
+    special_tokens: texts added after those as control tokens (a code model's FIM markers, …).
+
+    metadata: further uint32 keys of the file (`tokenizer.ggml.fim_pre_token_id`, …).
+
     added_tokens: texts added after the family's tokens as user-defined tokens (as a converter adds
     a tokenizer's non-special added tokens, e.g. Qwen3's `<think>`): matched whole in text, and
     rendered as their text.
@@ -232,10 +238,10 @@ def write_tiny_gguf(
         spec.merges += list(extra_merges)
         spec.bos, spec.eos = spec.bos + len(results) * (spec.bos >= at), spec.eos + len(results) * (spec.eos >= at)
     tokens, types, scores = list(spec.tokens), list(spec.types), spec.scores
-    tokens += list(added_tokens)
-    types += [USER_DEFINED] * len(added_tokens)
+    tokens += list(added_tokens) + list(special_tokens)
+    types += [USER_DEFINED] * len(added_tokens) + [CONTROL] * len(special_tokens)
     if scores is not None:
-        scores = scores + [0.0] * len(added_tokens)
+        scores = scores + [0.0] * (len(added_tokens) + len(special_tokens))
     n_base = len(tokens)
     tokens += [f"[PAD{i}]" for i in range(n_base, n_base + pad_tokens)]
     types += [UNUSED] * pad_tokens
@@ -315,6 +321,8 @@ def write_tiny_gguf(
     template = spec.template if chat_template == DEFAULT_TEMPLATE else chat_template
     if template:
         writer.add_chat_template(template)
+    for key, value in (metadata or {}).items():
+        writer.add_uint32(key, value)
 
     writer.add_tensor("token_embd.weight", embd)
     writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))

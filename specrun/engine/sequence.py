@@ -17,6 +17,7 @@ from .. import defaults
 from ..errors import ContextOverflowError
 from .auto.estimates import PositionRates
 from .constraint import Constraint
+from .line_rules import LineRules
 from .matcher import Matcher
 from .model import Model
 from .sampling import Rng, SamplingParams, make_rng
@@ -39,6 +40,7 @@ class GenerationSettings:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     constraint: Constraint | None = None  # what the answer must match (a JSON schema, a regex, a grammar)
+    lines: LineRules | None = None  # where an infill answer ends by its lines (line_rules.py)
 
     def draft_max_for(self, mode: str) -> int:
         """The most draft tokens one step may verify in `mode`: `draft_max` when set, else the
@@ -111,7 +113,7 @@ class SequenceState:
         self.sampling = settings.sampling
         self.model = model
         self.rng = rng if rng is not None else make_rng(settings.seed)
-        self.text = TextAssembler(settings.stop)
+        self.text = TextAssembler(settings.stop, settings.lines)
         self.history: list[int] = list(prompt)
         self.generated: list[int] = []
         self.cached = cached
@@ -121,7 +123,7 @@ class SequenceState:
         self.own: dict[str, PositionRates] = {}  # this sequence's acceptance evidence per drafter
         self.stats = Stats(prompt_tokens=len(prompt))
         self.timings = Timings(arrived=arrived if arrived is not None else now, admitted=now)
-        self.finished: str | None = None  # eog | max_tokens | stop | context | cancelled
+        self.finished: str | None = None  # eog | max_tokens | stop | time_limit | context | cancelled
         self.done = False
         # Where the answer stands in its constraint; it reads full rows, since the constraint may
         # refuse every candidate of a shortlist.
@@ -173,9 +175,13 @@ class SequenceState:
             if self.model.is_eog(token) and not settings.ignore_eos:
                 self.finished = "eog"
                 break
-            out.append(self.text.feed(self.model.piece(token)))
+            piece = self.model.piece(token)
+            out.append(self.text.feed(piece))
             if self.text.stopped:
                 self.finished = "stop"
+                break
+            if b"\n" in piece and self._out_of_time():
+                self.finished = "time_limit"
                 break
             if len(self.generated) >= settings.max_tokens:
                 self.finished = "max_tokens"
@@ -187,6 +193,13 @@ class SequenceState:
         if self.timings.first_token is None and kept:
             self.timings.first_token = time.perf_counter()
         return kept, "".join(out)
+
+    def _out_of_time(self) -> bool:
+        """Past the time budget its line rules give the answer, counted from the first token."""
+        lines = self.settings.lines
+        if lines is None or lines.time_limit_s is None or self.timings.first_token is None:
+            return False
+        return time.perf_counter() - self.timings.first_token > lines.time_limit_s
 
     def finish(self, reason: str) -> str:
         """Close the text stream; return what it held back (nothing when cancelled)."""

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import ContextOverflowError, SpecrunError
 from .buffer_views import address_function, float_view
 from .head_passes import HeadPasses
+from .kv_reuse import KVReuse
 from .kv_state import KVCacheState
 from .lib import _llama, _llama_ext
 from .model import FreedOnCollection, Model
@@ -30,7 +31,7 @@ class CacheFullError(SpecrunError):
     """The shared pool of KV cells cannot hold a batch: free the cache of an idle sequence first."""
 
 
-class Context(HeadPasses, KVCacheState, FreedOnCollection):
+class Context(HeadPasses, KVCacheState, KVReuse, FreedOnCollection):
     """One llama.cpp context holding `n_seq` sequences of up to `n_ctx` tokens each, in a pool of
     `n_seq_pool` sequences' worth of cells (default: all of them).
 
@@ -92,7 +93,11 @@ class Context(HeadPasses, KVCacheState, FreedOnCollection):
                 f"a sliding-window model holds at most {LLAMA_MAX_SEQ // 2} sequences, not {n_seq}",
                 f"lower --parallel to {LLAMA_MAX_SEQ // 4} or less",
             )
-        params.n_seq_max = n_seq + self.pins
+        # A spare sequence, never a request's, holds a run of cached tokens while the tokens before it are read
+        # (kv_reuse.py): for caches of positions only.
+        plain = not (model.recurrent or model.n_swa or head or other is not None or model.feature_head is not None)
+        self.spare = n_seq if plain and n_seq < LLAMA_MAX_SEQ else None
+        params.n_seq_max = n_seq + self.pins + (self.spare is not None)
         params.kv_unified = True
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
@@ -120,6 +125,7 @@ class Context(HeadPasses, KVCacheState, FreedOnCollection):
         self.memory = lib.llama_get_memory(self.ptr)
         self.tokens: list[list[int]] = [[] for _ in range(n_seq)]
         self.decode_seconds = 0.0  # time inside llama_decode, to tell engine overhead from model time
+        self.reused_tokens = 0  # cached tokens kept by moving them (kv_reuse.py), not read again
         self.snapshots = int(lib.llama_n_rs_seq(self.ptr)) if model.recurrent and not head else 0
         # a head's cache is attention only, whatever the trunk's: its positions cut like any attention cache's
         self.rewind = "positions" if head or not model.recurrent else "snapshots" if self.snapshots else "none"

@@ -28,6 +28,15 @@ def read_prompt(argument: str | None, stdin: TextIO | None = None) -> str:
     return "\n".join(parts)
 
 
+def read_fim_parts(prefix: Path | None, suffix: Path | None) -> dict[str, str]:
+    """The code before and after the cursor, from `--fim-prefix FILE` and `--fim-suffix FILE` (one
+    left out: nothing on that side)."""
+    return {
+        "prefix": read_text_file(prefix, "--fim-prefix") if prefix is not None else "",
+        "suffix": read_text_file(suffix, "--fim-suffix") if suffix is not None else "",
+    }
+
+
 def read_prediction(path: Path | None) -> str | None:
     """The text of `--predict FILE` (the file an edit starts from), or None without one."""
     return read_text_file(path, "--predict") if path is not None else None

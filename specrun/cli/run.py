@@ -14,6 +14,8 @@ from ..chat.interrupts import Interrupts
 from ..engine.constraint import Constraint
 from ..engine.sequence import GenerationSettings, check_prompt_fits
 from ..engine.stats import Stats
+from ..errors import InputError
+from ..models.fim import model_fim_prompt
 from ..models.reasoning import CONTENT, REASONING, ReasoningSplitter, join
 from ..runtime.chat_format import thinking_variables
 from ..runtime.pair import Pair
@@ -21,7 +23,7 @@ from ..terminal import Output, mode_label, status_line, summary_parts
 from . import fatal
 from . import options as opt
 from .options import flag_groups
-from .prompt_input import read_constraint, read_prediction, read_prompt
+from .prompt_input import read_constraint, read_fim_parts, read_prediction, read_prompt
 from .settings import answer_settings, check_runtime, open_pair, pick_seed, resolve, spec_mode
 
 
@@ -69,6 +71,25 @@ def run(
             rich_help_panel=opt.OUTPUT,
         ),
     ] = None,
+    fim_prefix: Annotated[
+        Path | None,
+        typer.Option(
+            "--fim-prefix",
+            metavar="FILE",
+            help="Fill in the middle: the code before the cursor. The answer is what goes between it and "
+            "--fim-suffix (a model with FIM tokens: Qwen2.5-Coder, StarCoder2, CodeLlama, …); no prompt is given.",
+            rich_help_panel=opt.OUTPUT,
+        ),
+    ] = None,
+    fim_suffix: Annotated[
+        Path | None,
+        typer.Option(
+            "--fim-suffix",
+            metavar="FILE",
+            help="Fill in the middle: the code after the cursor (see --fim-prefix).",
+            rich_help_panel=opt.OUTPUT,
+        ),
+    ] = None,
     chat: opt.Chat = True,
     json_output: opt.Json = False,
     quiet: opt.Quiet = False,
@@ -77,7 +98,11 @@ def run(
     framing, speculation = flags.framing, flags.speculation
     out = Output(quiet=quiet, json_mode=json_output, hide_thinking=framing.hide_thinking)
     check_runtime(flags.runtime)
-    text = read_prompt(prompt)
+    infill = fim_prefix is not None or fim_suffix is not None
+    if infill and prompt is not None:
+        raise InputError("--fim-prefix and --fim-suffix take no prompt", "drop the prompt argument")
+    parts = read_fim_parts(fim_prefix, fim_suffix) if infill else None
+    text = read_prompt(prompt) if not infill else ""
     predicted_text = read_prediction(predict)
     constrained = read_constraint(json_schema, grammar, regex)
     resolved = resolve(flags.models)
@@ -92,7 +117,9 @@ def run(
         out.note(f"specrun: {loaded.placement.describe()}")
     try:
         splitter = None
-        if chat:
+        if parts is not None:
+            tokens = model_fim_prompt(loaded.target_model, n_ctx=loaded.n_ctx, n_predict=max_tokens, **parts).tokens
+        elif chat:
             prompt = loaded.chat_prompt(text, system=framing.system, variables=thinking_variables(framing.think))
             tokens, splitter = prompt.tokens, prompt.splitter()
         else:

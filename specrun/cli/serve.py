@@ -124,6 +124,19 @@ LookupPool = Annotated[
         rich_help_panel=SERVER,
     ),
 ]
+CacheReuse = Annotated[
+    int,
+    typer.Option(
+        "--cache-reuse",
+        min=0,
+        metavar="N",
+        help="Keep a run of at least N cached tokens that a prompt holds after the point where it parts from the "
+        "cache (an editor's suffix after the line being typed), moving it into place instead of reading it again. "
+        "The run was computed after the old text, so an answer may differ from a cold read's (llama.cpp's "
+        "--cache-reuse does the same). 0: off.",
+        rich_help_panel=SERVER,
+    ),
+]
 LogRequests = Annotated[
     bool,
     typer.Option(
@@ -160,6 +173,7 @@ def serve(
     cors_origin: CorsOrigin = None,
     cache_ram: CacheRam = None,
     lookup_pool: LookupPool = "on",
+    cache_reuse: CacheReuse = 0,
     log_requests: LogRequests = True,
     quiet: opt.Quiet = False,
 ) -> None:
@@ -221,6 +235,7 @@ def serve(
                 cache_ram=defaults.cache_ram_mib() if cache_ram is None else cache_ram,
                 lookup_pool=pool == "on",
                 log_requests=log_requests and not quiet,
+                cache_reuse=cache_reuse,
                 base=base,
             )
             service = Service(loaded, options, warn=out.warn)

@@ -183,6 +183,7 @@ class Engine:
         self.slots = SlotPool(target.n_seq, target.common_prefix, lambda s: len(self.target.tokens[s]))
         self.keeper = None if cache is None else CacheKeeper(cache, target, self.drafters, self._make_room, self._drop)
         self.steps = 0
+        self.reuse_runs = 0  # > 0: a prompt keeps a later run of at least this many cached tokens (kv_reuse.py)
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -229,6 +230,9 @@ class Engine:
             keep = min(shared, len(prompt) - 1)
             if self.cache is not None:
                 keep = self.keeper.restore(seq, prompt, keep, self.target.keepable(seq, keep))
+            if self.reuse_runs:
+                keep = self._reuse_runs(seq, prompt, keep)
+            if self.cache is not None:
                 self.keeper.save_before_cut(seq, keep)
             self.target.trim(seq, keep)
             k_max = min(settings.draft_max_for(self.policy.mode), self.policy.k_max) if self.policy.k_max else 0
@@ -252,6 +256,20 @@ class Engine:
         for drafter in self.drafters.values():
             drafter.begin(seq, prompt, handed(given, drafter.takes))
         return state
+
+    def _reuse_runs(self, seq: int, prompt: Sequence[int], keep: int) -> int:
+        """Keep a later run of the cache of `seq` that `prompt` holds too (kv_reuse.py), in the
+        target's cache and in a draft model's that reads the same tokens; how many tokens of
+        `prompt` the target's cache then holds."""
+        kept = self.target.reuse_run(
+            seq, prompt, keep, self.reuse_runs, lambda cells: self._make_room(self.target, cells)
+        )
+        for drafter in self.drafters.values():
+            ctx = drafter.ctx
+            if drafter.runs_model and getattr(drafter, "bridge", None) is None and ctx is not None and ctx.reuses_runs:
+                held = min(ctx.common_prefix(seq, prompt), len(prompt) - 1)
+                ctx.reuse_run(seq, prompt, held, self.reuse_runs, lambda cells, ctx=ctx: self._make_room(ctx, cells))
+        return kept
 
     def release(self, state: SequenceState) -> None:
         """The generation is over; its sequence keeps its cache for a follow-up (a recurrent one
@@ -457,6 +475,9 @@ class Engine:
             self._make_room(reader.ctx, len(state.prompt))
             reader.read([(state.seq, state.prompt)])
         state.stats.prefill_time = time.perf_counter() - (state.timings.admitted or state.timings.arrived)
+        if state.settings.max_tokens <= 0:  # only the prompt was asked for: a cache warmed for the next request
+            state.finished = "max_tokens"
+            return self._finish(Update(state))
         if state.matcher is not None:
             first = constrained_pick(only_row(logits), state.sampling, state.rng, state.matcher)
             state.matcher.consume([first])

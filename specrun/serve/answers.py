@@ -75,7 +75,7 @@ class ClientGone(Exception):
 
 async def job_for(service: Service, kind: str, body) -> Job:
     """Tokenize off the event loop (a long prompt takes milliseconds); a bad request becomes a 400."""
-    make = service.chat_job if kind == "chat" else service.completion_job
+    make = {"chat": service.chat_job, "completion": service.completion_job, "infill": service.infill_job}[kind]
     try:
         return await run_in_threadpool(make, body)
     except RequestError as error:

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 
-from . import anthropic_routes, responses_routes
+from . import anthropic_routes, infill, responses_routes
 from .answers import CLIENT_GONE, GONE, ApiError, ChatAnswer, ClientGone, collect, events_of, job_for, opening, submit
 from .guards import BearerAuth, BodyLimit, JsonOnly, LoopbackHostOnly, envelope
 from .schemas import (
@@ -136,6 +136,7 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
 
     anthropic_routes.install(app, service)
     responses_routes.install(app, service)
+    infill.install(app, service)
     return app
 
 
@@ -175,8 +176,13 @@ def _install_errors(app: FastAPI, service: Service) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError):
+        path = request.url.path
         endpoint = (
-            "completion" if request.url.path.endswith("/completions") and "chat" not in request.url.path else "chat"
+            "infill"
+            if path == "/infill"
+            else "completion"
+            if path.endswith("/completions") and "chat" not in path
+            else "chat"
         )
         service.metrics.request(endpoint, "invalid")
         return error_response(request.url.path, validation_error(error.errors()))

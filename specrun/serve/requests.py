@@ -19,7 +19,14 @@ if TYPE_CHECKING:
 _ids = itertools.count(1)
 
 # finish reasons of the engine → OpenAI's
-FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "context": "length", "cancelled": "cancelled"}
+FINISH_REASONS = {
+    "eog": "stop",
+    "stop": "stop",
+    "max_tokens": "length",
+    "time_limit": "length",
+    "context": "length",
+    "cancelled": "cancelled",
+}
 
 
 @dataclass

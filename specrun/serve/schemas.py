@@ -135,7 +135,6 @@ TextOnly = _neutral(
 )
 NoReasoning = _neutral(Text, (), "null (no reasoning effort can be asked of the models served here)", {"not": {}})
 MediumVerbosity = _neutral(Text, ("medium",), '"medium"', {"const": "medium"})
-NoSuffix = _neutral(Text, ("",), '"" (no suffix)', {"const": ""})
 BestOfOne = _neutral(Int, (1,), "1", {"const": 1})
 
 
@@ -399,7 +398,7 @@ class CompletionRequest(Sampling):
     # Refused unless neutral.
     echo: NotTrue = None
     logprobs: NoLogprobs = None
-    suffix: NoSuffix = None
+    suffix: Text | None = None  # the text after the insertion: the prompt and it make a FIM prompt (service.py)
     best_of: BestOfOne = None
 
     def text(self) -> str:

@@ -20,14 +20,17 @@ from ..engine.auto.costs import DecodeCosts
 from ..engine.constraint import Constraint, ConstraintError
 from ..engine.drafting.lookup import LookupStart
 from ..engine.drafting.prediction import Predicted
+from ..engine.line_rules import LineRules
 from ..engine.matcher import grammar_tokenizer
 from ..engine.sampling import SamplingParams
 from ..engine.sequence import GenerationSettings, check_prompt_fits
-from ..errors import ContextOverflowError, SpecrunError
+from ..errors import ContextOverflowError, InputError, SpecrunError
 from ..models.chat_template import RESERVED
+from ..models.fim import Chunk, FimPrompt, model_fim_prompt
 from ..models.tool_syntax import ToolSyntax, tool_syntax
 from ..runtime.pair import Pair
 from ..runtime.session import Session
+from .infill_request import InfillRequest, end_line
 from .metrics import Metrics
 from .requests import Job
 from .schemas import ChatRequest, CompletionRequest, Sampling
@@ -65,6 +68,7 @@ class ServeOptions:
     cache_ram: int = field(default_factory=defaults.cache_ram_mib)  # MiB of host RAM for saved caches (0: none)
     lookup_pool: bool = True  # prompt lookup may draft from earlier requests' texts
     log_requests: bool = True  # one line on the log (warn) per answered request
+    cache_reuse: int = 0  # > 0: a prompt keeps a later run of at least this many cached tokens (engine/kv_reuse.py)
     base: GenerationSettings = GenerationSettings()  # filters, drafters' tuning; temperature when a request gives none
 
     def connections(self) -> int:
@@ -127,6 +131,7 @@ class Service:
         model = self.session.model_drafter
         self.draft_model_enabled = model is not None and model.name in self.drafting
         self.engine.configure(policy)
+        self.engine.reuse_runs = options.cache_reuse
         self.metrics = Metrics(gauges=self._gauges)
         self.worker = Worker(
             self.engine,
@@ -290,12 +295,48 @@ class Service:
         text = body.text()
         if not text:
             raise RequestError("the prompt is empty", "prompt")
+        limit = body.answer_limit()
+        limit = limit if limit is not None else defaults.COMPLETION_MAX_TOKENS
+        if body.suffix:  # OpenAI's legacy insertion: the prompt is the prefix, the model's FIM tokens around them
+            self._check_bytes(len(text.encode("utf-8")) + len(body.suffix.encode("utf-8")), "prompt")
+            fim = self._fim_prompt("suffix", prefix=text, suffix=body.suffix, n_predict=limit)
+            return self._job("completion", fim.tokens, body, "prompt", limit)
         self._check_bytes(len(text.encode("utf-8")), "prompt")
         tokens = self.pair.target_model.tokenize(text, add_special=True, parse_special=True)
-        limit = body.answer_limit()
-        return self._job(
-            "completion", tokens, body, "prompt", limit if limit is not None else defaults.COMPLETION_MAX_TOKENS
+        return self._job("completion", tokens, body, "prompt", limit)
+
+    def infill_job(self, body: InfillRequest) -> Job:
+        """llama-server's /infill: the FIM prompt, the answer ended by its lines (infill.py)."""
+        pieces = [body.input_prefix, body.input_suffix, body.prompt]
+        pieces += [part for chunk in body.input_extra for part in (chunk.text, chunk.filename)]
+        self._check_bytes(
+            sum(len(p.encode("utf-8")) for p in pieces), "input_extra" if body.input_extra else "input_prefix"
         )
+        limit = body.answer_limit()
+        fim = self._fim_prompt(
+            "input_prefix",
+            prefix=body.input_prefix,
+            suffix=body.input_suffix,
+            prompt=body.prompt,
+            extra=[Chunk(c.filename, c.text) for c in body.input_extra],
+            n_predict=limit if limit is not None else defaults.INFILL_MAX_TOKENS,
+        )
+        job = self._job("infill", fim.tokens, body, "input_prefix", limit, pool="infill")
+        lines = LineRules(
+            min_indent=body.n_indent,
+            end_line=end_line(body.input_suffix),
+            time_limit_s=body.t_max_predict_ms / 1000 if body.t_max_predict_ms else None,
+        )
+        job.settings = replace(job.settings, lines=lines)
+        job.boundaries = (fim.extra,) if 0 < fim.extra < len(fim.tokens) else ()
+        return job
+
+    def _fim_prompt(self, param: str, *, n_predict: int, **parts) -> FimPrompt:
+        """The model's FIM prompt of `parts` (models/fim.py); a model that cannot infill is a 400 on `param`."""
+        try:
+            return model_fim_prompt(self.pair.target_model, n_ctx=self.ctx_size, n_predict=n_predict, **parts)
+        except InputError as error:
+            raise RequestError(f"{error.message}; {error.hint}", param, "not_supported") from None
 
     def _check_bytes(self, n_bytes: int, param: str) -> None:
         """Refuse, before tokenizing, a prompt too long in bytes to fit the context in tokens."""
@@ -308,8 +349,11 @@ class Service:
                 "context_length_exceeded",
             )
 
-    def _job(self, kind: str, tokens: list[int], body: Sampling, param: str, max_tokens: int | None) -> Job:
-        """The job for a request's tokens; `max_tokens` None: until the end of the answer or of the context."""
+    def _job(
+        self, kind: str, tokens: list[int], body: Sampling, param: str, max_tokens: int | None, pool: str | None = None
+    ) -> Job:
+        """The job for a request's tokens; `max_tokens` None: until the end of the answer or of the context
+        (0: the prompt is only read). `pool`: what names prompt lookup's pool when the client does not."""
         if not tokens:
             raise RequestError("the prompt is empty", param)
         try:
@@ -348,7 +392,7 @@ class Service:
             tokens,
             settings,
             max_tokens_given=given,
-            given=self._given(tokens, body),
+            given=self._given(tokens, body, pool),
             constraint_param=constraint_param,
         )
 
@@ -388,9 +432,10 @@ class Service:
         grammar_tokenizer(self.engine.target.model)
         return constraint, param
 
-    def _given(self, tokens: list[int], body: Sampling) -> tuple[object, ...]:
+    def _given(self, tokens: list[int], body: Sampling, pool: str | None = None) -> tuple[object, ...]:
         """What the request hands the drafters: its prediction's tokens, and prompt lookup's pool
-        (named by the client, else by the prompt's opening tokens), unless either side opts out."""
+        (named by the client, else by `pool`, else by the prompt's opening tokens), unless either
+        side opts out."""
         given: list[object] = []
         if body.prediction is not None:
             text = body.prediction.text()
@@ -409,6 +454,8 @@ class Service:
             client = body.prompt_cache_key or body.user or body.safety_identifier
             if client:
                 key = "client:" + client
+            elif pool is not None:
+                key = "pool:" + pool
             else:
                 opening = ",".join(map(str, tokens[: defaults.LOOKUP_POOL_KEY_PREFIX]))
                 key = "prompt:" + hashlib.sha256(opening.encode()).hexdigest()[:16]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import defaults
 from ..errors import InputError, ModelFileError, SpecrunError
-from ..models.fim import FimTokens, read_fim_tokens
+from .fim_tokens import FimTokens, read_fim_tokens
 from .lib import _llama, init_backend
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 from tiny_models import write_tiny_gguf
 
+from specrun.engine.fim_tokens import FimTokens
 from specrun.engine.model import Model, read_vocabulary
 from specrun.errors import InputError
-from specrun.models.fim import Chunk, FimTokens, build_fim_prompt, missing_fim
+from specrun.models.fim import Chunk, build_fim_prompt, missing_fim
 
 QWEN = ["<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
 STARCODER = ["<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>"]

@@ -156,7 +156,6 @@ def test_a_chat_field_the_server_cannot_honour_is_a_400_naming_it(server, field,
     [
         ("echo", True),
         ("logprobs", 2),
-        ("suffix", "}"),
         ("best_of", 3),
         ("logit_bias", {"1": -100}),
         ("presence_penalty", 1.0),

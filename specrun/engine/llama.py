@@ -126,6 +126,7 @@ class Context(HeadPasses, KVCacheState, KVReuse, FreedOnCollection):
         self.tokens: list[list[int]] = [[] for _ in range(n_seq)]
         self.decode_seconds = 0.0  # time inside llama_decode, to tell engine overhead from model time
         self.reused_tokens = 0  # cached tokens kept by moving them (kv_reuse.py), not read again
+        self.run_reads = 0  # tokens read to move such runs into place
         self.snapshots = int(lib.llama_n_rs_seq(self.ptr)) if model.recurrent and not head else 0
         # a head's cache is attention only, whatever the trunk's: its positions cut like any attention cache's
         self.rewind = "positions" if head or not model.recurrent else "snapshots" if self.snapshots else "none"

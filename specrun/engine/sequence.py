@@ -105,8 +105,10 @@ class SequenceState:
         k_max: int = 0,
         rng: Rng | None = None,
         arrived: float | None = None,
+        admitted: float | None = None,
+        read_in_cache: int = 0,
     ):
-        now = time.perf_counter()
+        now = time.perf_counter() if admitted is None else admitted
         self.seq = seq
         self.prompt = list(prompt)
         self.settings = settings
@@ -117,6 +119,7 @@ class SequenceState:
         self.history: list[int] = list(prompt)
         self.generated: list[int] = []
         self.cached = cached
+        self.read_in_cache = read_in_cache  # of the `cached` tokens, those read at admission (kv_reuse.py)
         self.pending: list[int] = list(prompt[cached:])
         self.save_at: list[int] = []  # prompt positions whose cache goes to the prompt cache once read
         self.k_max = k_max

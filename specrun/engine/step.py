@@ -225,11 +225,14 @@ class Engine:
         its type (drafter.begin). `boundaries`: positions in the prompt where a later prompt is
         likely to part (message boundaries), saved to the prompt cache as they are read where a
         restored cache cannot be cut."""
+        admitted = time.perf_counter()
         seq, shared = self.slots.claim(prompt)
         try:
+            self._drop_dominated(seq, prompt, shared)
             keep = min(shared, len(prompt) - 1)
             if self.cache is not None:
                 keep = self.keeper.restore(seq, prompt, keep, self.target.keepable(seq, keep))
+            read_before = self.target.run_reads
             if self.reuse_runs:
                 keep = self._reuse_runs(seq, prompt, keep)
             if self.cache is not None:
@@ -245,6 +248,8 @@ class Engine:
                 k_max=k_max,
                 rng=rng if rng is not None else make_rng(settings.seed),
                 arrived=arrived,
+                admitted=admitted,
+                read_in_cache=self.target.run_reads - read_before,
             )
             if self.cache is not None and not self.target.cuts_restored:
                 state.save_at = sorted({b for b in boundaries if keep < b < len(prompt)} | {len(prompt)})
@@ -256,6 +261,16 @@ class Engine:
         for drafter in self.drafters.values():
             drafter.begin(seq, prompt, handed(given, drafter.takes))
         return state
+
+    def _drop_dominated(self, seq: int, prompt: Sequence[int], shared: int) -> None:
+        """Forget the kept caches that hold nothing but a part of what `seq` holds of `prompt` (a
+        cancelled request's partial read of the same prompt): `seq` serves every prompt they
+        would. Left in the shared cache, their cells would be attended to (masked) by every pass
+        while a cell beyond them is used, and the prompt's new tokens would go beyond them."""
+        for other in self.slots.evictable():
+            held = len(self.target.tokens[other])
+            if other != seq and held <= shared and self.target.common_prefix(other, prompt) == held:
+                self._drop(other)
 
     def _reuse_runs(self, seq: int, prompt: Sequence[int], keep: int) -> int:
         """Keep a later run of the cache of `seq` that `prompt` holds too (kv_reuse.py), in the

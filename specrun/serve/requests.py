@@ -55,7 +55,8 @@ def report(state: SequenceState, *, prediction: Sequence[int] | None = None) -> 
     llama-server's `timings` for the response; for a constrained answer, `forced_n` there counts the
     tokens its constraint forced (OpenAI's usage has no place for them)."""
     t = state.timings
-    prompt_n = len(state.prompt) - state.cached
+    cached = state.cached - state.read_in_cache  # found in the cache; the rest was read for this request
+    prompt_n = len(state.prompt) - cached
     end = t.finished or time.perf_counter()
     prompt_s = (t.first_token or end) - (t.admitted or t.arrived)
     predicted_s = end - (t.first_token or end)
@@ -65,7 +66,7 @@ def report(state: SequenceState, *, prediction: Sequence[int] | None = None) -> 
         "prompt_tokens": len(state.prompt),
         "completion_tokens": predicted_n,
         "total_tokens": len(state.prompt) + predicted_n,
-        "prompt_tokens_details": {"cached_tokens": state.cached},
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
     if prediction:  # the prediction's tokens the answer kept, and the rest
         accepted = kept_tokens(prediction, state.generated)
@@ -74,7 +75,7 @@ def report(state: SequenceState, *, prediction: Sequence[int] | None = None) -> 
             "rejected_prediction_tokens": len(prediction) - accepted,
         }
     timings = {
-        "cache_n": state.cached,
+        "cache_n": cached,
         "prompt_n": prompt_n,
         "prompt_ms": round(prompt_s * 1000, 3),
         "prompt_per_token_ms": round(prompt_s * 1000 / prompt_n, 3) if prompt_n else None,

@@ -400,7 +400,7 @@ class Worker:
         end = t.finished or time.perf_counter()
         self.metrics.finished(
             prompt=len(handle.job.prompt),
-            cached=gen.cached,
+            cached=gen.cached - gen.read_in_cache,
             ttft=(t.first_token - t.arrived) if t.first_token else None,
             speed=gen.stats.decode_rate_at(end - (t.admitted or t.arrived)) or None,
             completion=end - t.arrived,

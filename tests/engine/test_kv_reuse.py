@@ -10,7 +10,7 @@ import pytest
 from serve_helpers import FLAT_COSTS, costs_of, load_pair
 from tiny_models import write_tiny_gguf
 
-from specrun.engine.kv_reuse import longest_run
+from specrun.engine.kv_reuse import longest_run, shared_runs
 from specrun.engine.lib import _llama
 from specrun.engine.sampling import SamplingParams
 from specrun.engine.sequence import GenerationSettings
@@ -35,6 +35,13 @@ def test_runs_are_found_among_many_repeated_lines_in_bounded_time():
     new = line * 2000 + [51, 52] + list(range(100, 400))
     found = longest_run(old, new, 9 * 2000, 64)
     assert found == (9 * 2000 + 1, 9 * 2000 + 2, 300)
+
+
+def test_runs_on_both_sides_of_a_change_are_all_found():
+    old = list(range(100, 140)) + [1, 2] + list(range(200, 240))
+    new = list(range(103, 140)) + [7] + list(range(200, 240))  # three tokens gone at the start, two changed
+    assert shared_runs(old, new, 0, 16) == [(3, 0, 37), (42, 38, 40)]
+    assert shared_runs(old, new, 0, 38) == [(42, 38, 40)]
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +111,24 @@ def test_a_changed_line_keeps_the_text_after_it(pairs):
         session.close()
 
 
+def test_a_window_that_moves_on_and_the_text_after_the_cursor_are_both_kept(pairs):
+    pair = pairs["dense"]
+    session = session_for(pair)
+    try:
+        head, body = words(pair, "# chunks of other files\n"), words(pair, TEXT * 2)
+        after = words(pair, TEXT[::-1])
+        assert len(body) > 200
+        first = head + body[:150] + words(pair, "x = ") + after
+        second = head + body[10:160] + words(pair, "y = 2") + after  # the window moved on by ten tokens
+        answer(session, first)
+        state = answer(session, second)
+        read = len(second) - (state.cached - state.read_in_cache)
+        assert read <= 10 + len(words(pair, "y = 2")) + 1
+        assert session.engine.target.reused_tokens >= 140 + len(after) - 2
+    finally:
+        session.close()
+
+
 def test_a_moved_run_gives_a_cold_reads_logits_where_nothing_before_it_counts(flat):
     cold, warm = session_for(flat, reuse=0), session_for(flat, reuse=8)
     try:
@@ -149,3 +174,27 @@ def test_hybrid_and_sliding_window_caches_read_the_changed_tail_again(pairs, kin
     finally:
         session.close()
         cold.close()
+
+
+def test_a_kept_cache_holding_only_part_of_what_the_claimed_one_holds_is_dropped(pairs):
+    pair = pairs["dense"]
+    session = Session(pair.models(), n_seq=3, n_seq_pool=1, costs=costs_of(FLAT_COSTS, FLAT_COSTS))
+    try:
+        policy, _ = session.policy("off", GenerationSettings(draft_max=4), fresh=True, track_costs=True)
+        engine = session.engine
+        engine.configure(policy)
+        prompt = words(pair, TEXT)
+        other = words(pair, "the quick brown fox jumps over the lazy dog " * 4)
+        only_read = GenerationSettings(max_tokens=0, sampling=GREEDY)
+        unrelated = engine.admit(other, only_read)
+        longer = engine.admit(prompt[:60], only_read)
+        shorter = engine.admit(prompt[:30], only_read)  # the longer one is busy: another sequence reads it again
+        while not all(s.done for s in (unrelated, longer, shorter)):
+            engine.step([s for s in (unrelated, longer, shorter) if not s.done])
+        tokens = engine.target.tokens
+        assert tokens[shorter.seq] == prompt[:30] and tokens[longer.seq] == prompt[:60]
+        state = engine.admit(prompt, GenerationSettings(max_tokens=2, sampling=GREEDY))
+        assert state.seq == longer.seq and state.cached == 60
+        assert tokens[shorter.seq] == [] and tokens[unrelated.seq] == other  # the unrelated cache stays
+    finally:
+        session.close()

@@ -199,11 +199,13 @@ def test_with_cache_reuse_a_keystroke_reads_the_cursor_line_not_the_suffix(pair)
         with served(pair, costs=FLAT_COSTS, mode="off", cache_reuse=reuse) as running:
             for typed in ("    res", "    resu", "    resul"):
                 answer = infill(running.url, prompt=typed, input_suffix=suffix, input_extra=EXTRA, n_predict=2).json()
-            read = answer["timings"]["prompt_n"]
+            timings = answer["timings"]
+            read = timings["prompt_n"]
+            assert read + timings["cache_n"] == answer["tokens_evaluated"]
             if most is None:
                 assert read > 100  # the suffix after the changed line, read again
             else:
-                assert read <= most, answer["timings"]
+                assert 2 <= read <= most, timings  # the typed characters' tokens and the last one
 
 
 def test_a_client_that_leaves_frees_its_sequence(pair):

@@ -130,10 +130,10 @@ CacheReuse = Annotated[
         "--cache-reuse",
         min=0,
         metavar="N",
-        help="Keep a run of at least N cached tokens that a prompt holds after the point where it parts from the "
-        "cache (an editor's suffix after the line being typed), moving it into place instead of reading it again. "
-        "The run was computed after the old text, so an answer may differ from a cold read's (llama.cpp's "
-        "--cache-reuse does the same). 0: off.",
+        help="Keep every run of at least N cached tokens that a prompt holds after the point where it parts from "
+        "the cache (an editor's suffix after the line being typed), moved into place instead of read again. A run "
+        "was computed after the old text, so an answer may differ from a cold read's (llama.cpp's --cache-reuse "
+        "does the same). 0: off.",
         rich_help_panel=SERVER,
     ),
 ]

@@ -80,3 +80,25 @@ def test_text_streams_line_by_line_once_past_the_first(indent):
     assert text.feed(b"first") == "first"
     assert text.feed(b" line\n  sec") == " line"
     assert text.feed(b"ond\n") == "\n  second"
+
+
+def test_past_its_time_budget_an_answer_ends_with_its_next_newline(tiny_target):
+    from specrun.engine.model import Model
+    from specrun.engine.sequence import GenerationSettings, SequenceState
+
+    model = Model(tiny_target)
+    try:
+        word = model.tokenize("ab", add_special=False, parse_special=False)
+        newline = model.tokenize("\n", add_special=False, parse_special=False)
+        settings = GenerationSettings(max_tokens=50, lines=LineRules(time_limit_s=0.5))
+        state = SequenceState(0, [1, 2, 3], settings, model)
+        state.commit(word)  # the first token starts the clock
+        state.commit(newline)
+        assert state.finished is None  # within the budget
+        state.timings.first_token -= 1.0  # a second has passed
+        state.commit(word)
+        assert state.finished is None  # no newline yet
+        state.commit(newline)
+        assert state.finished == "time_limit"
+    finally:
+        model.close()

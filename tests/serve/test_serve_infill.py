@@ -147,6 +147,10 @@ def test_completions_with_a_suffix_fill_in_the_middle(server):
     assert text.startswith(same["content"])  # /infill may end sooner, at a line; the tokens are the same
     plain = httpx.post(server.url + "/v1/completions", json={**body, "suffix": ""}, timeout=WAIT).json()
     assert plain["usage"]["prompt_tokens"] < answer["usage"]["prompt_tokens"]
+    with httpx.stream("POST", server.url + "/v1/completions", json={**body, "stream": True}, timeout=WAIT) as response:
+        events = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    assert "".join(json.loads(e)["choices"][0]["text"] for e in events[:-1]) == text
 
 
 @pytest.mark.parametrize("mode", ["ngram", "auto"])

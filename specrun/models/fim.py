@@ -19,7 +19,8 @@ separator. Without chunks the prompt is the file-level layout alone. The pieces 
 by one, so a piece that does not change between two requests keeps its tokens. The budgets: the
 prefix keeps its last FIM_PREFIX_TOKENS, the suffix its first FIM_SUFFIX_TOKENS less the cursor
 line (llama-server's, at its default batch), and the chunks what the context leaves after the code
-and the answer, their newest tokens kept. CodeLlama's suffix is read without the space
+and the answer, their newest tokens kept; in a context too small for the budgets, the prefix and
+the suffix share what the answer leaves 3:1. CodeLlama's suffix is read without the space
 SentencePiece puts before a text, as its own infilling reads it.
 """
 
@@ -62,6 +63,17 @@ class FimPrompt:
     extra: int
 
 
+def within_budgets(prefix: str, suffix: str, longest_piece: int) -> tuple[str, str]:
+    """`prefix` and `suffix` cut, before they are tokenized, to what their token budgets can take:
+    no token covers more than `longest_piece` bytes, nor less than one character's worth, so the
+    last FIM_PREFIX_TOKENS × longest_piece characters hold at least the prefix's budget, and the
+    first so many of the suffix its own. A whole file sent as the prefix then costs no more than
+    its end."""
+    reach = max(1, longest_piece)
+    keep_prefix, keep_suffix = defaults.FIM_PREFIX_TOKENS * reach, defaults.FIM_SUFFIX_TOKENS * reach
+    return prefix[max(0, len(prefix) - keep_prefix) :], suffix[:keep_suffix]
+
+
 def build_fim_prompt(
     fim: FimTokens,
     tokenize: Callable[[str], list[int]],
@@ -94,6 +106,10 @@ def build_fim_prompt(
     before = before[max(0, len(before) - defaults.FIM_PREFIX_TOKENS) :]
     after = after[: max(0, defaults.FIM_SUFFIX_TOKENS - 2 - len(line))]
     head = [bos] if bos is not None else []
+    room = n_ctx - max(0, n_predict) - len(head) - len(line) - 4  # the markers, and a token to spare
+    if len(before) + len(after) > room:  # a small context: the code shares it 3:1, as the budgets do
+        after = after[: max(0, room // 4)]
+        before = before[max(0, len(before) - max(0, room - len(after))) :]
     code_before = [fim.pre] + before + line
     code_after = [fim.suf] + after
     code = code_after + code_before if fim.suffix_first else code_before + code_after

@@ -26,7 +26,7 @@ from ..engine.sampling import SamplingParams
 from ..engine.sequence import GenerationSettings, check_prompt_fits
 from ..errors import ContextOverflowError, InputError, SpecrunError
 from ..models.chat_template import RESERVED
-from ..models.fim import Chunk, FimPrompt, model_fim_prompt
+from ..models.fim import Chunk, FimPrompt, model_fim_prompt, within_budgets
 from ..models.tool_syntax import ToolSyntax, tool_syntax
 from ..runtime.pair import Pair
 from ..runtime.session import Session
@@ -298,8 +298,9 @@ class Service:
         limit = body.answer_limit()
         limit = limit if limit is not None else defaults.COMPLETION_MAX_TOKENS
         if body.suffix:  # OpenAI's legacy insertion: the prompt is the prefix, the model's FIM tokens around them
-            self._check_bytes(len(text.encode("utf-8")) + len(body.suffix.encode("utf-8")), "prompt")
-            fim = self._fim_prompt("suffix", prefix=text, suffix=body.suffix, n_predict=limit)
+            prefix, suffix = within_budgets(text, body.suffix, self.pair.target_model.longest_piece())
+            self._check_bytes(len(prefix.encode("utf-8")) + len(suffix.encode("utf-8")), "prompt")
+            fim = self._fim_prompt("suffix", prefix=prefix, suffix=suffix, n_predict=limit)
             return self._job("completion", fim.tokens, body, "prompt", limit)
         self._check_bytes(len(text.encode("utf-8")), "prompt")
         tokens = self.pair.target_model.tokenize(text, add_special=True, parse_special=True)
@@ -307,7 +308,8 @@ class Service:
 
     def infill_job(self, body: InfillRequest) -> Job:
         """llama-server's /infill: the FIM prompt, the answer ended by its lines (infill.py)."""
-        pieces = [body.input_prefix, body.input_suffix, body.prompt]
+        prefix, suffix = within_budgets(body.input_prefix, body.input_suffix, self.pair.target_model.longest_piece())
+        pieces = [prefix, suffix, body.prompt]
         pieces += [part for chunk in body.input_extra for part in (chunk.text, chunk.filename)]
         self._check_bytes(
             sum(len(p.encode("utf-8")) for p in pieces), "input_extra" if body.input_extra else "input_prefix"
@@ -315,8 +317,8 @@ class Service:
         limit = body.answer_limit()
         fim = self._fim_prompt(
             "input_prefix",
-            prefix=body.input_prefix,
-            suffix=body.input_suffix,
+            prefix=prefix,
+            suffix=suffix,
             prompt=body.prompt,
             extra=[Chunk(c.filename, c.text) for c in body.input_extra],
             n_predict=limit if limit is not None else defaults.INFILL_MAX_TOKENS,

@@ -10,7 +10,7 @@ from tiny_models import write_tiny_gguf
 from specrun.engine.fim_tokens import FimTokens
 from specrun.engine.model import Model, read_vocabulary
 from specrun.errors import InputError
-from specrun.models.fim import Chunk, build_fim_prompt, missing_fim
+from specrun.models.fim import Chunk, build_fim_prompt, missing_fim, within_budgets
 
 QWEN = ["<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
 STARCODER = ["<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>"]
@@ -147,3 +147,16 @@ def test_a_model_without_fim_tokens_is_refused_with_the_fix():
     error = missing_fim("tiny")
     assert isinstance(error, InputError) and "cannot fill in the middle" in error.message
     assert "Qwen2.5-Coder" in error.hint
+
+
+def test_cut_before_tokenizing_the_parts_keep_the_tokens_their_budgets_take(models):
+    model = models[1]["qwen"]
+    fim = model.fim
+    tokenize = lambda text: model.tokenize(text, add_special=False, parse_special=False)  # noqa: E731
+    prefix = "".join(f"line{i} = {i}\n" for i in range(5000))
+    suffix = "".join(f"after{i} = {i}\n" for i in range(5000))
+    cut = within_budgets(prefix, suffix, model.longest_piece())
+    assert len(cut[0]) < len(prefix) and len(cut[1]) < len(suffix)
+    whole = build_fim_prompt(fim, tokenize, prefix=prefix, suffix=suffix, n_ctx=8192, n_predict=8)
+    part = build_fim_prompt(fim, tokenize, prefix=cut[0], suffix=cut[1], n_ctx=8192, n_predict=8)
+    assert part.tokens == whole.tokens

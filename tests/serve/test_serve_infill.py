@@ -226,3 +226,23 @@ def test_a_client_that_leaves_frees_its_sequence(pair):
         gate.allow(1)
         assert worker.wait_for(lambda: worker.snapshot()["active"] == 0, WAIT)
         assert not running.service.engine.slots.busy
+
+
+def test_the_openai_sdks_insertion_reaches_the_fim_prompt(server):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=server.url + "/v1", api_key="none")
+    answer = client.completions.create(
+        model="coder", prompt=CODE, suffix="\n    return result\n", max_tokens=8, temperature=0
+    )
+    same = infill(server.url, n_predict=8, n_indent=0).json()
+    assert answer.choices[0].text.startswith(same["content"]) and answer.usage.prompt_tokens == same["tokens_evaluated"]
+
+
+def test_a_whole_large_file_as_the_prefix_is_cut_to_its_budget_not_refused(server):
+    big = "".join(f"value_{i} = compute({i})\n" for i in range(60_000))  # 1.5 MB, far beyond the context in tokens
+    start = time.perf_counter()
+    answer = infill(server.url, input_prefix=big, input_suffix=big, n_predict=2)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["tokens_evaluated"] <= 2048 - 2  # the code shares the context the answer leaves
+    assert time.perf_counter() - start < 30.0

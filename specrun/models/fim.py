@@ -20,8 +20,9 @@ by one, so a piece that does not change between two requests keeps its tokens. T
 prefix keeps its last FIM_PREFIX_TOKENS, the suffix its first FIM_SUFFIX_TOKENS less the cursor
 line (llama-server's, at its default batch), and the chunks what the context leaves after the code
 and the answer, their newest tokens kept; in a context too small for the budgets, the prefix and
-the suffix share what the answer leaves 3:1. CodeLlama's suffix is read without the space
-SentencePiece puts before a text, as its own infilling reads it.
+the suffix share what the answer leaves 3:1 (an answer counts for at most a quarter of the
+context). CodeLlama's suffix is read without the space SentencePiece puts before a text, as its
+own infilling reads it.
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def build_fim_prompt(
     before = before[max(0, len(before) - defaults.FIM_PREFIX_TOKENS) :]
     after = after[: max(0, defaults.FIM_SUFFIX_TOKENS - 2 - len(line))]
     head = [bos] if bos is not None else []
-    room = n_ctx - max(0, n_predict) - len(head) - len(line) - 4  # the markers, and a token to spare
+    answer = min(max(0, n_predict), n_ctx // 4)  # an answer asked longer than the context keeps the code in
+    room = n_ctx - answer - len(head) - len(line) - 4  # the markers, and a token to spare
     if len(before) + len(after) > room:  # a small context: the code shares it 3:1, as the budgets do
         after = after[: max(0, room // 4)]
         before = before[max(0, len(before) - max(0, room - len(after))) :]
@@ -114,7 +116,7 @@ def build_fim_prompt(
     code_after = [fim.suf] + after
     code = code_after + code_before if fim.suffix_first else code_before + code_after
     tail = [fim.mid] if fim.mid is not None else []
-    room = n_ctx - len(head) - len(code) - len(tail) - max(0, n_predict) - 1  # the answer's room is kept
+    room = n_ctx - len(head) - len(code) - len(tail) - answer - 1  # the answer's room is kept
     chunks = chunks[max(0, len(chunks) - max(0, room)) :]
     return FimPrompt(head + chunks + code + tail, len(head) + len(chunks))
 

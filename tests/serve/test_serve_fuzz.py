@@ -20,6 +20,7 @@ import jsonschema
 import pytest
 import requests
 from serve_helpers import FLAT_COSTS, WAIT, load_pair, served
+from tiny_models import write_tiny_gguf
 
 schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, Phase, example, given, settings  # noqa: E402 - after the skip: hypothesis comes with schemathesis
@@ -31,6 +32,7 @@ EXAMPLES = {  # per generation mode; others: what their space holds
     "/v1/completions": 150,
     "/v1/messages": 100,
     "/v1/responses": 100,
+    "/infill": 100,
 }
 OTHERS = 30
 OPERATIONS = {
@@ -43,6 +45,7 @@ OPERATIONS = {
     ("POST", "/v1/messages/count_tokens"),
     ("POST", "/v1/responses"),
     ("POST", "/v1/responses/input_tokens"),
+    ("POST", "/infill"),
 }
 AT_LEAST = 700
 CHAT_PATHS = ("/v1/chat/completions", "/v1/completions")  # where the constraint fields are
@@ -50,8 +53,11 @@ CONSTRAINT_FIELDS = ("response_format", "grammar", "json_schema")
 
 
 @pytest.fixture(scope="module")
-def pair(tiny_target):
-    loaded = load_pair(tiny_target, None, ctx_size=CTX)
+def pair(tmp_path_factory):
+    """The tiny target with a code model's FIM tokens, so that /infill answers too."""
+    fim = ["<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>"]
+    coder = write_tiny_gguf(tmp_path_factory.mktemp("fuzz") / "coder.gguf", special_tokens=fim)
+    loaded = load_pair(coder, None, ctx_size=CTX)
     yield loaded
     loaded.close()
 

@@ -41,15 +41,6 @@ done
 LABELS=(specrun llama)
 declare -A PORTS=([specrun]=$PORT [llama]=$((PORT + 1)))
 
-wait_port() {
-    for _ in $(seq 1 600); do
-        curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
-        sleep 1
-    done
-    echo "$NAME: the server on port $1 did not become ready" >&2
-    return 1
-}
-
 "$PY" -m specrun serve --parallel 1 --port "${PORTS[specrun]}" --ctx-size "$CTX" --threads "$THREADS" \
     >"$OUT/specrun-auto.log" 2>&1 &
 SPECRUN_PID=$!
@@ -58,8 +49,8 @@ SPECRUN_PID=$!
 LLAMA_PID=$!
 SCRATCH=$(mktemp -d)
 trap 'kill "$SPECRUN_PID" "$LLAMA_PID" 2>/dev/null || true; rm -rf "$SCRATCH"' EXIT
-wait_port "${PORTS[specrun]}"
-wait_port "${PORTS[llama]}"
+wait_ready "${PORTS[specrun]}"
+wait_ready "${PORTS[llama]}"
 
 RECORD=$OUT/turns.tsv
 : >"$RECORD"

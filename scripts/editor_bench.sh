@@ -24,15 +24,6 @@ TARGET=$(default_target)
 REUSE=${REUSE:-256}
 S=$PORT L=$((PORT + 1)) N=$((PORT + 2))
 
-wait_port() {
-    for _ in $(seq 1 600); do
-        curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0
-        sleep 1
-    done
-    echo "$NAME: the server on port $1 did not become ready" >&2
-    return 1
-}
-
 "$PY" -m specrun serve --parallel 1 --port "$S" --ctx-size "$CTX" --threads "$THREADS" --cache-reuse "$REUSE" \
     >"$OUT/specrun.log" 2>&1 &
 PIDS=($!)
@@ -43,7 +34,7 @@ PIDS+=($!)
     --spec-type ngram-mod >"$OUT/llama-ngram-mod.log" 2>&1 &
 PIDS+=($!)
 trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
-for port in "$S" "$L" "$N"; do wait_port "$port"; done
+for port in "$S" "$L" "$N"; do wait_ready "$port"; done
 
 "$PY" "$HERE/scripts/editor_replay.py" "$OUT/editor.json" \
     "specrun=http://127.0.0.1:$S" "llama-server=http://127.0.0.1:$L" "llama-server-ngram-mod=http://127.0.0.1:$N" "$@"

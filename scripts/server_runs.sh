@@ -27,12 +27,14 @@ pairs = json.load(sys.stdin)["pairs"]
 print(next(p for p in pairs if p.get("default"))["target"]["path"])'
 }
 
+# wait_ready [PORT]: until the server on PORT (default $PORT) answers /health, 600 s at most.
 wait_ready() {
+    local port=${1:-$PORT}
     for _ in $(seq 1 600); do
-        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
+        curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
         sleep 1
     done
-    echo "$NAME: the server on port $PORT did not become ready" >&2
+    echo "$NAME: the server on port $port did not become ready" >&2
     return 1
 }
 

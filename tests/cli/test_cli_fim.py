@@ -24,6 +24,7 @@ def code_files(tmp_path):
     return prefix, suffix
 
 
+@pytest.mark.slow
 def test_the_middle_is_written_from_the_fim_prompt_and_speculation_keeps_it(coder, tmp_path):
     prefix, suffix = code_files(tmp_path)
     fim = ["--fim-prefix", str(prefix), "--fim-suffix", str(suffix)]

@@ -183,7 +183,7 @@ class Engine:
         self.slots = SlotPool(target.n_seq, target.common_prefix, lambda s: len(self.target.tokens[s]))
         self.keeper = None if cache is None else CacheKeeper(cache, target, self.drafters, self._make_room, self._drop)
         self.steps = 0
-        self.reuse_runs = 0  # > 0: a prompt keeps a later run of at least this many cached tokens (kv_reuse.py)
+        self.reuse_runs = 0  # > 0: a prompt keeps later runs of at least this many cached tokens (kv_reuse.py)
 
     # -- configuration -----------------------------------------------------------------------
 
@@ -273,7 +273,7 @@ class Engine:
                 self._drop(other)
 
     def _reuse_runs(self, seq: int, prompt: Sequence[int], keep: int) -> int:
-        """Keep a later run of the cache of `seq` that `prompt` holds too (kv_reuse.py), in the
+        """Keep the later runs of the cache of `seq` that `prompt` holds too (kv_reuse.py), in the
         target's cache and in a draft model's that reads the same tokens; how many tokens of
         `prompt` the target's cache then holds."""
         kept = self.target.reuse_run(

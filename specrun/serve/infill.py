@@ -84,11 +84,9 @@ def install(app: FastAPI, service: Service) -> None:
                 return Response(status_code=CLIENT_GONE)
 
             async def chunks() -> AsyncIterator[str]:
-                written: list[str] = []
                 tokens: list[int] = []
                 try:
                     async for ev in events_of(handle, events, opened):
-                        written.append(ev.text)
                         tokens += ev.tokens
                         if ev.text or (body.return_tokens and ev.tokens):
                             piece = {"index": 0, "content": ev.text, "stop": False}

@@ -55,6 +55,18 @@ def flat(tmp_path_factory):
     pair.close()
 
 
+@pytest.fixture(scope="module")
+def pairs(tiny_target, tiny_draft, hybrid_target, swa_target):
+    loaded = {
+        "dense": load_pair(tiny_target, tiny_draft),
+        "hybrid": load_pair(hybrid_target, None),
+        "swa": load_pair(swa_target, None),
+    }
+    yield loaded
+    for pair in loaded.values():
+        pair.close()
+
+
 def session_for(pair, mode: str = "off", reuse: int = 16) -> Session:
     session = Session(pair.models(), n_seq=2, n_seq_pool=1, costs=costs_of(FLAT_COSTS, FLAT_COSTS))
     policy, _ = session.policy(mode, GenerationSettings(draft_max=4), fresh=True, track_costs=True)

@@ -70,6 +70,18 @@ def test_bytes_stay_within_the_budget_least_recently_used_first():
 # -- the engine ---------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def pairs(tiny_target, tiny_draft, hybrid_target, swa_target):
+    loaded = {
+        "dense": load_pair(tiny_target, tiny_draft),
+        "hybrid": load_pair(hybrid_target, None),
+        "swa": load_pair(swa_target, None),
+    }
+    yield loaded
+    for pair in loaded.values():
+        pair.close()
+
+
 def session_for(pair, mode: str, cache_ram: int) -> Session:
     """One sequence decoding, one kept cache: a third conversation always evicts one."""
     session = Session(pair.models(), n_seq=2, n_seq_pool=1, costs=costs_of(FLAT_COSTS, FLAT_COSTS), cache_ram=cache_ram)

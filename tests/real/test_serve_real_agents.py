@@ -61,8 +61,8 @@ def assert_targets_answer(paths, system: str, text: str, expected: str) -> None:
     try:
         prompt = checker.prompt_tokens(ASK, system=system)
         tokens = checker.target_model.tokenize(text, add_special=False, parse_special=False)
-        tolerance = tolerance_from_noise(logit_noise(checker.target_ctx, prompt))
-        verdict = check_output(checker.target_ctx, prompt, tokens, tolerance)
+        tolerance = tolerance_from_noise(logit_noise(checker.session.target_ctx, prompt))
+        verdict = check_output(checker.session.target_ctx, prompt, tokens, tolerance)
     finally:
         checker.close()
     assert not verdict.violations and verdict.ties, (text, expected, verdict.to_dict())

@@ -63,8 +63,9 @@ def test_a_greedy_chat_answer_through_the_openai_client_equals_specrun_runs(serv
         checker = Pair(PairConfig(real_pair_paths[0], None, ctx_size=CTX))
         try:
             prompt = checker.prompt_tokens(MESSAGE)
-            tolerance = tolerance_from_noise(logit_noise(checker.session.target_ctx, prompt))
-            verdict = check_output(checker.session.target_ctx, prompt, answer.choices[0].model_extra["tokens"], tolerance)
+            ctx = checker.session.target_ctx
+            tolerance = tolerance_from_noise(logit_noise(ctx, prompt))
+            verdict = check_output(ctx, prompt, answer.choices[0].model_extra["tokens"], tolerance)
         finally:
             checker.close()
         assert not verdict.violations and verdict.ties, (text, expected, verdict.to_dict())

@@ -107,6 +107,7 @@ class SequenceState:
         arrived: float | None = None,
         admitted: float | None = None,
         read_in_cache: int = 0,
+        expected_tokens: float | None = None,
     ):
         now = time.perf_counter() if admitted is None else admitted
         self.seq = seq
@@ -123,6 +124,7 @@ class SequenceState:
         self.pending: list[int] = list(prompt[cached:])
         self.save_at: list[int] = []  # prompt positions whose cache goes to the prompt cache once read
         self.k_max = k_max
+        self.expected_tokens = expected_tokens  # how long answers like this one ran (a server's estimate)
         self.own: dict[str, PositionRates] = {}  # this sequence's acceptance evidence per drafter
         self.stats = Stats(prompt_tokens=len(prompt))
         self.timings = Timings(arrived=arrived if arrived is not None else now, admitted=now)
@@ -165,6 +167,17 @@ class SequenceState:
     def remaining(self) -> int:
         """Tokens this sequence may still produce."""
         return max(0, self.settings.max_tokens - len(self.generated))
+
+    def expected_remaining(self) -> int:
+        """Tokens this sequence is expected to produce still, never more than it may: what is left
+        of the length answers like it ran to, or, once it has run past that, as many again as it
+        has produced. Without an estimate, all it may. Exploring a drafter repays itself only over
+        the tokens still to come, and an agent's max_tokens says little about them."""
+        may = self.remaining()
+        if self.expected_tokens is None:
+            return may
+        produced = len(self.generated)
+        return min(may, max(1, round(self.expected_tokens) - produced, produced))
 
     def commit(self, tokens: Sequence[int]) -> tuple[list[int], str]:
         """Append tokens up to the first stop condition; return those kept and the text now final.

@@ -218,13 +218,15 @@ class Engine:
         given: Sequence[object] = (),
         boundaries: Sequence[int] = (),
         rng=None,
+        expected_tokens: float | None = None,
     ) -> SequenceState:
         """Give a generation a sequence, reusing the longest cached prefix of its prompt (every
         token but the last, whose logits the first step needs), from a sequence or from the prompt
         cache. `given`: what the caller hands the drafters, each value to the drafter that `takes`
         its type (drafter.begin). `boundaries`: positions in the prompt where a later prompt is
         likely to part (message boundaries), saved to the prompt cache as they are read where a
-        restored cache cannot be cut."""
+        restored cache cannot be cut. `expected_tokens`: how long answers like this one ran, where
+        the caller knows (auto weighs exploring a drafter against what is left of it)."""
         admitted = time.perf_counter()
         seq, shared = self.slots.claim(prompt)
         try:
@@ -250,6 +252,7 @@ class Engine:
                 arrived=arrived,
                 admitted=admitted,
                 read_in_cache=self.target.run_reads - read_before,
+                expected_tokens=expected_tokens,
             )
             if self.cache is not None and not self.target.cuts_restored:
                 state.save_at = sorted({b for b in boundaries if keep < b < len(prompt)} | {len(prompt)})
@@ -538,7 +541,7 @@ class Engine:
                 for d in self._active
                 if not d.ahead and k_maxes[s.seq] > 0 and controller.weighs(d.name)
             }
-            asks.append(Ask(s.seq, k_maxes[s.seq], s.remaining(), s.own, in_hand, behind))
+            asks.append(Ask(s.seq, k_maxes[s.seq], s.expected_remaining(), s.own, in_hand, behind))
         decision = controller.plan(asks, max_rows=max_rows, base_rows=reserve)
         return dict(decision.choices), proposals, leads
 

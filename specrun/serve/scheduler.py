@@ -115,6 +115,11 @@ class LengthEstimates:
             est.tokens_per_step += rate * (max(1.0, (answer_tokens - 1) / steps) - est.tokens_per_step)
         est.answers += 1
 
+    def answer_tokens(self, cls: Hashable) -> float | None:
+        """How long answers of this class ran (None before one finished)."""
+        est = self.classes.get(cls)
+        return est.answer_tokens if est is not None else None
+
     def remaining_tokens(self, cls: Hashable, max_tokens: int | None, generated: int = 0) -> float:
         """Tokens the answer is expected to still need."""
         est = self.classes.get(cls)

@@ -329,7 +329,12 @@ class Worker:
             try:
                 job = handle.job
                 handle.sequence = self.engine.admit(
-                    job.prompt, job.settings, arrived=handle.arrived, given=job.given, boundaries=job.boundaries
+                    job.prompt,
+                    job.settings,
+                    arrived=handle.arrived,
+                    given=job.given,
+                    boundaries=job.boundaries,
+                    expected_tokens=self.estimates.answer_tokens(self._class(job)),
                 )
             except ConstraintError as error:  # the client's to fix: a 400, as when compiling it refused it
                 self._fail(

@@ -286,3 +286,32 @@ def test_a_segment_skipping_its_first_rows_returns_the_rest_as_a_full_pass_would
         assert np.allclose(skipped, full[skip:], atol=5e-2) and np.allclose(beside_again, beside, atol=5e-2)
     finally:
         ctx.close()
+
+
+def test_auto_weighs_the_tokens_a_sequence_is_expected_to_produce(pair):
+    """A sequence admitted with an expected answer length is asked of auto with what is left of
+    it (or as many again as it has produced, once past it), never more than max_tokens allows."""
+    session = session_for(pair, "auto", parallel=2)
+    controller = session.engine.policy.controller
+    asked: dict[int, list[int]] = {}
+    plan = controller.plan
+
+    def recording(asks, **kw):
+        for a in asks:
+            asked.setdefault(a.seq, []).append(a.remaining)
+        return plan(asks, **kw)
+
+    controller.plan = recording
+    try:
+        short = session.engine.admit(prompt(pair, "hello world"), settings(30), expected_tokens=3)
+        plain = session.engine.admit(prompt(pair, "abc abc"), settings(30))
+        for _ in range(8):
+            session.engine.step([short, plain])
+            done, other = len(short.generated), len(plain.generated)
+            assert short.expected_remaining() == min(30 - done, max(1, 3 - done, done))
+            assert plain.expected_remaining() == plain.remaining() == 30 - other
+        assert asked[short.seq] and asked[plain.seq]
+        assert asked[short.seq][0] <= 2 < asked[plain.seq][0]
+        assert all(n <= 30 for n in asked[short.seq] + asked[plain.seq])
+    finally:
+        session.close()

@@ -165,3 +165,24 @@ def test_a_hybrid_targets_edited_last_message_restores_the_boundary_before_it(hy
         assert with_cache[2]["timings"]["cache_n"] > with_cache[0]["usage"]["prompt_tokens"]
     finally:
         pair.close()
+
+
+def test_a_request_is_admitted_expecting_as_many_tokens_as_answers_like_it_ran(pair, monkeypatch):
+    """An agent asks for max_tokens 32000 and gets a few words: auto weighs exploring a drafter
+    against what answers of the request's class ran to, not against its max_tokens."""
+    with served(pair, costs=FLAT_COSTS, parallel=1) as running:
+        engine = running.service.engine
+        admitted: list[float | None] = []
+        admit = engine.admit
+
+        def recording(prompt, settings, **kw):
+            admitted.append(kw.get("expected_tokens"))
+            return admit(prompt, settings, **kw)
+
+        monkeypatch.setattr(engine, "admit", recording)
+        first = ask(running.url, [{"role": "user", "content": CONVERSATIONS[0]}], max_tokens=12)
+        ask(running.url, [{"role": "user", "content": CONVERSATIONS[1]}], max_tokens=12)
+        ask(running.url, [{"role": "user", "content": CONVERSATIONS[1]}], max_tokens=4000)
+    assert admitted[0] is None  # nothing finished yet
+    assert admitted[1] == pytest.approx(first["usage"]["completion_tokens"])
+    assert admitted[2] is None  # another class: max_tokens of another scale

@@ -30,9 +30,10 @@ PLAIN = Choice(None, 0)
 @dataclass(frozen=True)
 class Ask:
     """One decoding sequence as the controller sees it: its seq id, the most draft tokens it may
-    verify, the tokens it may still produce, its own acceptance evidence per drafter, the proposals
-    already in hand (drafter → per-token confidences), and the seconds a drafter must spend before
-    it can draft for it (a draft cache behind its history)."""
+    verify, the tokens it is expected to produce still (never more than it may), its own
+    acceptance evidence per drafter, the proposals already in hand (drafter → per-token
+    confidences), and the seconds a drafter must spend before it can draft for it (a draft cache
+    behind its history)."""
 
     seq: int
     k_max: int

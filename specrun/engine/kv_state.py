@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import SpecrunError
+from .host_memory import host_bytes
 from .lib import _llama
 
 
@@ -123,7 +124,7 @@ class KVCacheState:
         size = lib.llama_state_seq_get_size(self.ptr, seq)
         if not size:
             return None
-        data = np.empty(size, dtype=np.uint8)
+        data = host_bytes(size)
         written = lib.llama_state_seq_get_data(self.ptr, data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), size, seq)
         return data if written == size else None
 

@@ -9,19 +9,26 @@ allows it (one cheap check), so the mask is computed only where the model's favo
 Sampling: the accept rule and the residual run on the restricted p; a draft's q is whatever its
 tokens were drawn from, restricted or not, and the rule stays exact either way. Forced tokens
 (the only ones the constraint allows) lead a draft: they are accepted without a look at their rows.
-The matcher consumes every token verification keeps, and nothing else.
+The matcher consumes every token verification keeps, and nothing else. A draft under a constraint
+starts with the constraint's lead and is cut where the constraint refuses a drafted token
+(`constrained_draft`); drafters that draw tokens follow the constraint (`guide`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .drafting.protocol import Draft
 from .matcher import Matcher
 from .sampling import Dist, Rng, SamplingParams
 from .shortlist import Shortlist, argmax
 from .verify import Verdict
+
+if TYPE_CHECKING:
+    from .sequence import Lead, SequenceState
 
 
 def restricted_row(row: np.ndarray, matcher: Matcher) -> np.ndarray:
@@ -114,3 +121,28 @@ def _verdict_at(token: int | None, row, q_rows, i: int, sampling: SamplingParams
         return token
     residual = p.without(token) if q_rows is None else p.minus(q_rows[i])
     return (residual or p).sample(rng)
+
+
+def guide(state: SequenceState, leads: Mapping[int, Lead]) -> Matcher | None:
+    """What a drafter that draws its tokens follows: the sequence's constraint after its lead."""
+    if state.matcher is None:
+        return None
+    lead = leads.get(state.seq)
+    return state.matcher.fork(lead.tokens if lead is not None else ())
+
+
+LIKELY = 0.9  # the chance a likely token of forced text is the model's own tokenization of it
+
+
+def constrained_draft(state: SequenceState, lead: Lead | None, own: Draft) -> Draft:
+    """The constraint's lead, then the drafter's tokens up to the first one the constraint refuses.
+    A sampled draft (with q) is left whole when sampling: cutting it where a token was refused
+    would change what follows a rejection there; verification rejects that token instead."""
+    head = lead.tokens if lead is not None else []
+    if own.tokens and (state.sampling.greedy or own.q is None):
+        own = own.cut(max(0, state.matcher.valid_prefix(head + own.tokens) - len(head)))
+    if lead is None:
+        return own
+    q = None if own.q is None else [Dist.point(t) for t in head] + list(own.q)
+    certain = [1.0] * lead.certain + [LIKELY] * (len(head) - lead.certain)
+    return Draft(head + own.tokens, q, certain + (own.confidence or [1.0] * len(own.tokens)))

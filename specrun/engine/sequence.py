@@ -18,6 +18,7 @@ from ..errors import ContextOverflowError
 from .auto.estimates import PositionRates
 from .constraint import Constraint
 from .line_rules import LineRules
+from .logprobs import TokenLogprob, prompt_scores
 from .matcher import Matcher
 from .model import Model
 from .sampling import Rng, SamplingParams, make_rng
@@ -41,6 +42,8 @@ class GenerationSettings:
     ignore_eos: bool = False
     constraint: Constraint | None = None  # what the answer must match (a JSON schema, a regex, a grammar)
     lines: LineRules | None = None  # where an infill answer ends by its lines (line_rules.py)
+    logprobs: int | None = None  # each token's log-probability and this many alternatives' (None: none; logprobs.py)
+    score_prompt: bool = False  # the prompt's tokens get theirs too: it is read whole, every row's logits kept
 
     def draft_max_for(self, mode: str) -> int:
         """The most draft tokens one step may verify in `mode`: `draft_max` when set, else the
@@ -125,6 +128,7 @@ class SequenceState:
         self.save_at: list[int] = []  # prompt positions whose cache goes to the prompt cache once read
         self.k_max = k_max
         self.expected_tokens = expected_tokens  # how long answers like this one ran (a server's estimate)
+        self.prompt_logprobs: list[TokenLogprob] = []  # of prompt[1:], when the settings score the prompt
         self.own: dict[str, PositionRates] = {}  # this sequence's acceptance evidence per drafter
         self.stats = Stats(prompt_tokens=len(prompt))
         self.timings = Timings(arrived=arrived if arrived is not None else now, admitted=now)
@@ -136,8 +140,10 @@ class SequenceState:
 
     @property
     def shortlist(self) -> int:
-        """How many candidates of a row this sequence needs (0: the full row, as a constraint does)."""
-        return 0 if self.matcher is not None else self.sampling.shortlist
+        """How many candidates of a row this sequence needs (0: the full row, as a constraint and
+        log-probabilities do)."""
+        full = self.matcher is not None or self.settings.logprobs is not None or self.settings.score_prompt
+        return 0 if full else self.sampling.shortlist
 
     def lead(self, limit: int) -> Lead | None:
         """Up to `limit` tokens the constraint puts at the head of the next draft (None without a
@@ -151,6 +157,14 @@ class SequenceState:
     @property
     def prefilled(self) -> bool:
         return not self.pending
+
+    def score_read(self, n: int, rows):
+        """Keep the log-probabilities of the prompt tokens that the `n` rows just read predict
+        (row j: the token after the j-th read); returns the last row, the first answer token's."""
+        start = len(self.prompt) - len(self.pending)
+        block = rows.reshape(n, -1)
+        self.prompt_logprobs += prompt_scores(block, self.prompt, start, self.settings.logprobs or 0)
+        return block[-1]
 
     def read_until_save(self) -> int:
         """Prompt tokens to read before the next position to save (all that are left when none)."""

@@ -25,12 +25,12 @@ from .. import defaults
 from .auto.control import PLAIN, Ask, Choice, Controller, Outcome
 from .auto.plan import Candidate, Option, fixed
 from .cache_keeper import CacheKeeper
-from .constrained import constrained_pick, verify_constrained
+from .constrained import constrained_draft, constrained_pick, guide, verify_constrained
 from .drafting.protocol import Draft, Drafter, DraftRequest, DraftTuning, handed
 from .llama import Context, common_prefix
-from .matcher import Matcher
+from .logprobs import TokenLogprob, committed
 from .prompt_cache import PromptCache
-from .sampling import Dist, make_rng
+from .sampling import make_rng
 from .segments import Segment
 from .sequence import GenerationSettings, Lead, SequenceState
 from .slots import SlotPool
@@ -44,31 +44,6 @@ def _after(state: SequenceState, leads: Mapping[int, Lead]) -> list[int]:
     """A sequence's history with the tokens its constraint leads with: what its drafters draft after."""
     lead = leads.get(state.seq)
     return state.history + lead.tokens if lead is not None else state.history
-
-
-def _guide(state: SequenceState, leads: Mapping[int, Lead]) -> Matcher | None:
-    """What a drafter that draws its tokens follows: the sequence's constraint after its lead."""
-    if state.matcher is None:
-        return None
-    lead = leads.get(state.seq)
-    return state.matcher.fork(lead.tokens if lead is not None else ())
-
-
-LIKELY = 0.9  # the chance a likely token of forced text is the model's own tokenization of it
-
-
-def _constrained_draft(state: SequenceState, lead: Lead | None, own: Draft) -> Draft:
-    """The constraint's lead, then the drafter's tokens up to the first one the constraint refuses.
-    A sampled draft (with q) is left whole when sampling: cutting it where a token was refused
-    would change what follows a rejection there; verification rejects that token instead."""
-    head = lead.tokens if lead is not None else []
-    if own.tokens and (state.sampling.greedy or own.q is None):
-        own = own.cut(max(0, state.matcher.valid_prefix(head + own.tokens) - len(head)))
-    if lead is None:
-        return own
-    q = None if own.q is None else [Dist.point(t) for t in head] + list(own.q)
-    certain = [1.0] * lead.certain + [LIKELY] * (len(head) - lead.certain)
-    return Draft(head + own.tokens, q, certain + _confidence(own))
 
 
 def _defer(proposals: Proposed, ahead: Sequence[Drafter]) -> None:
@@ -103,6 +78,8 @@ class Update:
     done: bool = False
     draft_s: float = 0.0  # the step's planning and drafting, and its target pass with verification
     verify_s: float = 0.0
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # of `tokens`, when the settings ask
+    prompt_logprobs: list[TokenLogprob] | None = None  # of the prompt's tokens after the first, once it is read
 
     @property
     def drafter(self) -> str | None:
@@ -231,11 +208,12 @@ class Engine:
         seq, shared = self.slots.claim(prompt)
         try:
             self._drop_dominated(seq, prompt, shared)
-            keep = min(shared, len(prompt) - 1)
-            if self.cache is not None:
+            scoring = settings.score_prompt  # every prompt row's logits are wanted: the whole prompt is read
+            keep = 0 if scoring else min(shared, len(prompt) - 1)
+            if self.cache is not None and not scoring:
                 keep = self.keeper.restore(seq, prompt, keep, self.target.keepable(seq, keep))
             read_before = self.target.run_reads
-            if self.reuse_runs:
+            if self.reuse_runs and not scoring:
                 keep = self._reuse_runs(seq, prompt, keep)
             if self.cache is not None:
                 self.keeper.save_before_cut(seq, keep)
@@ -343,7 +321,7 @@ class Engine:
         reserve = min(sum(len(s.pending) for s in reading), self.n_batch // 2)
         choices, proposals, leads = self._plan(decoding, reserve)
         drafts, passes = self._draft(decoding, choices, proposals, leads)
-        skips = {seq: self._skipped(lead) for seq, lead in leads.items()}
+        skips = {s.seq: self._skipped(leads[s.seq], s) for s in decoding if s.seq in leads}
         segments = [
             Segment(
                 s.seq,
@@ -359,7 +337,8 @@ class Engine:
             n = min(len(state.pending), room, state.read_until_save())
             if n <= 0:
                 break
-            segments.append(Segment(state.seq, state.pending[:n], "last" if n == len(state.pending) else "none"))
+            rows = "all" if state.settings.score_prompt else "last" if n == len(state.pending) else "none"
+            segments.append(Segment(state.seq, state.pending[:n], rows))
             chunks.append((state, n))
             room -= n
         if segments:
@@ -368,10 +347,11 @@ class Engine:
         report.decode_seconds = self.decode_seconds() - decoded_before
         return report
 
-    def _skipped(self, lead: Lead) -> int:
+    def _skipped(self, lead: Lead, state: SequenceState) -> int:
         """The rows of a step's segment that need no logits: those predicting the tokens its
-        constraint forces (a target that keeps hidden rows returns every row)."""
-        return 0 if self.target.hidden else lead.certain
+        constraint forces (a target that keeps hidden rows returns every row, and a sequence
+        reporting log-probabilities needs every row)."""
+        return 0 if self.target.hidden or state.settings.logprobs is not None else lead.certain
 
     def decode_seconds(self) -> float:
         """Time spent inside llama_decode so far, target and draft model."""
@@ -469,6 +449,7 @@ class Engine:
             forced=min(forced, len(kept)),
             lead=head,
             lead_kept=common_prefix(lead.tokens, kept) if lead is not None else 0,
+            logprobs=committed(state.settings.logprobs, rows, kept),
         )
         return update, Outcome(choice, drafted, accepted)
 
@@ -483,6 +464,8 @@ class Engine:
 
     def _read(self, state: SequenceState, n: int, logits) -> Update | None:
         """A prompt chunk was read; after the last one, the first token."""
+        if state.settings.score_prompt:
+            logits = state.score_read(n, logits)
         del state.pending[:n]
         if state.save_at and state.save_at[0] <= len(state.prompt) - len(state.pending):
             del state.save_at[0]
@@ -493,9 +476,10 @@ class Engine:
             self._make_room(reader.ctx, len(state.prompt))
             reader.read([(state.seq, state.prompt)])
         state.stats.prefill_time = time.perf_counter() - (state.timings.admitted or state.timings.arrived)
-        if state.settings.max_tokens <= 0:  # only the prompt was asked for: a cache warmed for the next request
+        scores = state.prompt_logprobs if state.settings.score_prompt else None
+        if state.settings.max_tokens <= 0:  # only the prompt was asked for: its scores, or a cache warmed
             state.finished = "max_tokens"
-            return self._finish(Update(state))
+            return self._finish(Update(state, prompt_logprobs=scores))
         if state.matcher is not None:
             first = constrained_pick(only_row(logits), state.sampling, state.rng, state.matcher)
             state.matcher.consume([first])
@@ -503,7 +487,8 @@ class Engine:
             first = state.sampling.pick(logits, state.rng)
         kept, text = state.commit([first])
         state.stats.time_to_first_token = state.stats.prefill_time
-        return self._finish(Update(state, kept, text))
+        logprobs = committed(state.settings.logprobs, logits, kept)
+        return self._finish(Update(state, kept, text, logprobs=logprobs, prompt_logprobs=scores))
 
     # -- planning and drafting ---------------------------------------------------------------
 
@@ -523,7 +508,7 @@ class Engine:
         ahead = [d for d in self._active if d.ahead]
         if ahead:
             asked = [
-                DraftRequest(s.seq, _after(s, leads), k, s.sampling, s.rng, _guide(s, leads))
+                DraftRequest(s.seq, _after(s, leads), k, s.sampling, s.rng, guide(s, leads))
                 for s in decoding
                 if (k := k_maxes[s.seq]) > 0
             ]
@@ -576,7 +561,7 @@ class Engine:
                     drafts[s.seq] = proposals[choice.drafter][s.seq].cut(choice.k)
             else:
                 requests.setdefault(choice.drafter, []).append(
-                    DraftRequest(s.seq, _after(s, leads), choice.k, s.sampling, s.rng, _guide(s, leads))
+                    DraftRequest(s.seq, _after(s, leads), choice.k, s.sampling, s.rng, guide(s, leads))
                 )
         passes = {}
         for name, asked in requests.items():
@@ -588,7 +573,7 @@ class Engine:
             passes[name] = made.passes
         for s in decoding:
             if s.matcher is not None:
-                drafts[s.seq] = _constrained_draft(s, leads.get(s.seq), drafts.get(s.seq, EMPTY))
+                drafts[s.seq] = constrained_draft(s, leads.get(s.seq), drafts.get(s.seq, EMPTY))
         return drafts, passes
 
     def _make_room(self, ctx: Context, needed: int) -> None:

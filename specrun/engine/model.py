@@ -246,6 +246,7 @@ class Model(FreedOnCollection):
         self.feature_head = FeatureHead.of(self) if self.arch in defaults.FEATURE_HEADS else None
         self.bos = int(lib.llama_vocab_bos(self.vocab))  # -1: the vocabulary has none
         self.eos = int(lib.llama_vocab_eos(self.vocab))
+        self.pad = int(lib.llama_vocab_pad(self.vocab))  # -1: none
         self._fim: FimTokens | None | bool = False  # False: not read yet
 
     @property

@@ -91,10 +91,15 @@ class ChatFormat:
         return ReasoningSplitter(self.tags, inside=self.tags.opens(text)) if self.tags else None
 
     def prompt(
-        self, messages: Sequence[Mapping], *, variables: Mapping | None = None, tools: Sequence[Mapping] | None = None
+        self,
+        messages: Sequence[Mapping],
+        *,
+        variables: Mapping | None = None,
+        tools: Sequence[Mapping] | None = None,
+        add_generation_prompt: bool = True,
     ) -> ChatPrompt:
-        """The conversation rendered with the assistant's turn opened, and tokenized."""
-        text = self.render(messages, variables=variables, tools=tools)
+        """The conversation rendered with the assistant's turn opened (unless told not to), and tokenized."""
+        text = self.render(messages, add_generation_prompt=add_generation_prompt, variables=variables, tools=tools)
         return ChatPrompt(text, self.tokenize(text), self.tags, bool(self.tags and self.tags.opens(text)))
 
     def boundaries(

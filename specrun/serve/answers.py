@@ -198,9 +198,20 @@ async def opening(job: Job, handle: Handle, events: Feed, request: Request) -> E
     return event
 
 
-async def collect(handle: Handle, events: Feed, request: Request) -> tuple[Event, str, list[int]] | None:
-    """Wait for the whole answer (last event, text, tokens); None when the client disconnected
-    meanwhile (the request is cancelled)."""
+@dataclass
+class Collected:
+    """A whole answer: its last event, its text, its tokens and their log-probabilities (when asked)."""
+
+    last: Event
+    text: str
+    tokens: list[int]
+    logprobs: list
+    prompt_logprobs: list | None = None  # when the request scored its prompt
+
+
+async def collect(handle: Handle, events: Feed, request: Request) -> Collected | None:
+    """Wait for the whole answer; None when the client disconnected meanwhile (the request is
+    cancelled)."""
     gone = asyncio.ensure_future(disconnected(request))
     try:
         while True:
@@ -211,7 +222,13 @@ async def collect(handle: Handle, events: Feed, request: Request) -> tuple[Event
                 raise event_error(event)
             if event.done:
                 answer = [*events.before, event]
-                return event, "".join(e.text for e in answer), [t for e in answer for t in e.tokens]
+                return Collected(
+                    event,
+                    "".join(e.text for e in answer),
+                    [t for e in answer for t in e.tokens],
+                    [lp for e in answer for lp in e.logprobs],
+                    next((e.prompt_logprobs for e in answer if e.prompt_logprobs is not None), None),
+                )
             events.before.append(event)
     finally:
         gone.cancel()
@@ -262,6 +279,7 @@ class Piece:
     deltas: list[dict] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
     end: Ending | None = None
+    logprobs: list = field(default_factory=list)  # of `tokens`, when asked
 
 
 @dataclass
@@ -271,6 +289,7 @@ class Whole:
     message: dict
     end: Ending
     tokens: list[int]
+    logprobs: list = field(default_factory=list)  # of `tokens`, when asked
 
 
 class ChatAnswer:
@@ -309,7 +328,7 @@ class ChatAnswer:
         answer = await collect(self.handle, self.events, request)
         if answer is None:
             raise ClientGone()
-        last, text, tokens = answer
+        last, text = answer.last, answer.text
         content, reasoning = self.text.whole(text)
         finish, calls = last.finish_reason, None
         if self.job.tools is not None:
@@ -320,7 +339,7 @@ class ChatAnswer:
         message = {"role": "assistant", "content": content, **({"reasoning_content": reasoning} if reasoning else {})}
         if calls:
             message["tool_calls"] = calls
-        return Whole(message, Ending(finish, last.report or {}, last.stop_sequence), tokens)
+        return Whole(message, Ending(finish, last.report or {}, last.stop_sequence), answer.tokens, answer.logprobs)
 
     async def pieces(self) -> AsyncIterator[Piece]:
         """The streamed answer step by step (steps with nothing new included, for their tokens);
@@ -337,7 +356,7 @@ class ChatAnswer:
             if event.done:
                 reason = finish_reason(event.finish_reason, calls is not None and calls.calls > 0)
                 end = Ending(reason, event.report or {}, event.stop_sequence)
-            yield Piece(deltas, event.tokens, end)
+            yield Piece(deltas, event.tokens, end, event.logprobs)
 
 
 async def with_keepalive(items: AsyncIterator, seconds: float) -> AsyncIterator:

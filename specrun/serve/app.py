@@ -10,26 +10,25 @@ the log. The OpenAPI document is served at /openapi.json.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 
-from . import anthropic_routes, infill, responses_routes
-from .answers import CLIENT_GONE, GONE, ApiError, ChatAnswer, ClientGone, collect, events_of, job_for, opening, submit
+from . import anthropic_routes, completion_routes, infill, responses_routes, tokenizer_routes
+from .answers import CLIENT_GONE, ApiError, ChatAnswer, ClientGone
 from .guards import BearerAuth, BodyLimit, JsonOnly, LoopbackHostOnly, envelope
+from .logprobs_render import chat_logprobs
+from .openai_stream import openai_stream
 from .schemas import (
     ChatRequest,
-    CompletionRequest,
     chat_chunk,
     chat_response,
-    completion_response,
     new_id,
     unknown_fields,
 )
@@ -50,6 +49,7 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
     _install_errors(app, service)
     _install_guards(app, service, loopback)
     model = service.model_name
+    target = service.pair.target_model
 
     @app.get("/health")
     async def health():
@@ -70,7 +70,16 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
     @app.get("/v1/models")
     async def models():
         created = int(os.stat(service.pair.config.target).st_mtime)
-        return {"object": "list", "data": [{"id": model, "object": "model", "created": created, "owned_by": "specrun"}]}
+        sizes = {"n_ctx": service.pair.n_ctx, "n_ctx_train": target.n_ctx_train, "n_vocab": target.n_vocab}
+        entry = {
+            "id": model,
+            "object": "model",
+            "created": created,
+            "owned_by": "specrun",
+            "max_model_len": service.pair.n_ctx,  # vLLM's name for the context a request may fill
+            "meta": sizes,  # llama-server's
+        }
+        return {"object": "list", "data": [entry]}
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request):
@@ -93,50 +102,31 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
                 whole.message.get("reasoning_content"),
                 whole.message.get("tool_calls"),
             )
+            if body.logprobs:
+                response["choices"][0]["logprobs"] = chat_logprobs(target, whole.logprobs)
             return _tokens(response, whole.tokens, body)
 
         async def chunks() -> AsyncIterator[dict]:
             yield chat_chunk(rid, model, {"role": "assistant", "content": ""})
             async for piece in answer.pieces():
                 out = [chat_chunk(rid, model, delta) for delta in piece.deltas]
-                if body.return_tokens and piece.tokens:
+                if (body.return_tokens or body.logprobs) and piece.tokens:
                     out = out or [chat_chunk(rid, model, {})]
                     out[-1] = _tokens(out[-1], piece.tokens, body)
+                    if body.logprobs:
+                        out[-1]["choices"][0]["logprobs"] = chat_logprobs(target, piece.logprobs)
                 for chunk in out:
                     yield chunk
                 if piece.end is not None:
                     yield chat_chunk(rid, model, {}, piece.end.finish_reason, piece.end.report)
 
-        return _openai_stream(chunks(), answer.cancel)
+        return openai_stream(chunks(), answer.cancel)
 
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request):
-        service.note_unknown(unknown_fields(body), "/v1/completions")
-        job = await job_for(service, "completion", body)
-        rid = new_id("cmpl")
-        handle, events = submit(service, job, body.stream)
-        if body.stream:
-            opened = await opening(job, handle, events, request)
-            if opened is GONE:
-                return Response(status_code=CLIENT_GONE)
-
-            async def chunks() -> AsyncIterator[dict]:
-                async for ev in events_of(handle, events, opened):
-                    if ev.text or (body.return_tokens and ev.tokens):
-                        yield _tokens(completion_response(rid, model, ev.text, None), ev.tokens, body)
-                    if ev.done:
-                        yield completion_response(rid, model, "", ev.finish_reason, ev.report)
-
-            return _openai_stream(chunks(), handle.cancel)
-        answer = await collect(handle, events, request)
-        if answer is None:
-            return Response(status_code=CLIENT_GONE)
-        last, text, tokens = answer
-        return _tokens(completion_response(rid, model, text, last.finish_reason, last.report), tokens, body)
-
+    completion_routes.install(app, service)
     anthropic_routes.install(app, service)
     responses_routes.install(app, service)
     infill.install(app, service)
+    tokenizer_routes.install(app, service)
     return app
 
 
@@ -145,28 +135,6 @@ def _tokens(payload: dict, tokens: list[int], body) -> dict:
     if body.return_tokens:
         payload["choices"][0]["tokens"] = list(tokens)
     return payload
-
-
-def _sse(payload) -> str:
-    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
-
-
-def _openai_stream(chunks: AsyncIterator[dict], cancel: Callable[[], None]) -> StreamingResponse:
-    """Server-sent events as OpenAI streams them: the chunks, then [DONE]; an error met on the way
-    is sent in OpenAI's envelope and ends the stream. A closed connection cancels the request."""
-
-    async def body() -> AsyncIterator[str]:
-        try:
-            async for chunk in chunks:
-                yield _sse(chunk)
-            yield "data: [DONE]\n\n"
-        except ApiError as error:
-            yield _sse(error.body)
-            yield "data: [DONE]\n\n"
-        finally:
-            cancel()
-
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 def _install_errors(app: FastAPI, service: Service) -> None:

@@ -23,7 +23,7 @@ from . import anthropic_render
 from .schemas import error_body
 
 ANTHROPIC = "/v1/messages"  # Anthropic's Messages API: its errors in Anthropic's envelope
-PROTECTED = ("/v1/", "/metrics")  # what --api-key guards; /health stays open for load balancers
+OPEN = ("/health", "/openapi.json")  # what --api-key leaves open: load balancers and API browsers; all else needs it
 JSON_ONLY = "/v1/"  # POSTs under this prefix must be application/json
 LOOPBACK_NAMES = {"localhost", "ip6-localhost", "ip6-loopback"}
 
@@ -113,8 +113,9 @@ class LoopbackHostOnly:
 
 
 class BearerAuth:
-    """Requests to PROTECTED paths need `Authorization: Bearer <key>`, or `x-api-key: <key>` as
-    Anthropic's clients send it, checked before the body is read."""
+    """Requests to every path but the OPEN ones need `Authorization: Bearer <key>`, or
+    `x-api-key: <key>` as Anthropic's clients send it, checked before the body is read: the
+    endpoints outside /v1 (/infill, /tokenize, …) run the model or read its vocabulary too."""
 
     def __init__(self, app, key: str):
         self.app = app
@@ -122,7 +123,7 @@ class BearerAuth:
         self.expected = b"Bearer " + self.key
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and scope["path"].startswith(PROTECTED):
+        if scope["type"] == "http" and scope["path"] not in OPEN:
             given = _header(scope, b"authorization") or b""
             keyed = _header(scope, b"x-api-key") or b""
             if not (hmac.compare_digest(given, self.expected) or hmac.compare_digest(keyed, self.key)):

@@ -105,7 +105,7 @@ def install(app: FastAPI, service: Service) -> None:
         answer = await collect(handle, events, request)
         if answer is None:
             return Response(status_code=CLIENT_GONE)
-        last, text, tokens = answer
+        last, text, tokens = answer.last, answer.text, answer.tokens
         whole = answer_body(service, job, last, text, tokens, return_tokens=body.return_tokens)
         return only(whole, body.response_fields)
 

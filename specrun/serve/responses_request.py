@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from .schemas import MAX_INT32, MAX_TOOLS, JsonObject, JsonObjectFormat, Strict, Text, TextFormat, integer
 
@@ -256,6 +256,8 @@ class InputTokensRequest(Prompt):
 
 class ResponsesRequest(Prompt):
     """POST /v1/responses."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"input": "Say hello.", "max_output_tokens": 8}]})
 
     max_output_tokens: integer(ge=1) | None = None
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)

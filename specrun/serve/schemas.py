@@ -40,6 +40,9 @@ from pydantic_core import PydanticCustomError
 MAX_STOPS = 128  # stop strings a request may give (lm-eval and editors send long lists; llama-server sets no bound)
 MAX_STOP_CHARS = 16_384  # their characters together: each step holds back as many as the longest
 MAX_TOOLS = 128  # tools a request may declare, and calls an assistant message may carry, as OpenAI allows
+MAX_PROMPTS = 256  # prompts one completion request may carry (an evaluation harness batches them)
+MAX_PROMPT_IDS = 1 << 20  # token ids one prompt may be given as (the context refuses more long before)
+MAX_TOP_LOGPROBS = 20  # alternatives a request may ask for beside each token, as OpenAI allows
 MAX_INT32 = 2**31 - 1  # llama.cpp's int fields (top_k); larger means nothing more
 
 
@@ -126,7 +129,6 @@ NoToolChoice = _neutral(
 )
 NoObject = _neutral(JsonObject, (), "null", {"not": {}})
 NotTrue = _neutral(bool, (False,), "false", {"const": False})
-NoLogprobs = _neutral(Int, (0,), "0 (no log probabilities)", {"const": 0})
 TextOnly = _neutral(
     list[Literal["text", "audio"]],
     ([], ["text"]),
@@ -364,15 +366,24 @@ class Sampling(Strict):
             return ()
         return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
 
+    def logprob_count(self) -> int | None:
+        """Alternatives to report beside each token's log-probability (None: no log-probabilities)."""
+        return None
+
+    def scores_prompt(self) -> bool:
+        """Whether the prompt's own tokens get log-probabilities too."""
+        return False
+
 
 class ChatRequest(Sampling):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: integer(ge=1) | None = None
     chat_template_kwargs: JsonObject | None = None  # as llama-server and vLLM: variables for the chat template
 
+    logprobs: bool | None = None  # each answer token's log-probability (the target's, engine/logprobs.py)
+    top_logprobs: integer(ge=0, le=MAX_TOP_LOGPROBS) | None = None  # and this many likeliest alternatives'
+
     # Refused unless neutral.
-    logprobs: NotTrue = None
-    top_logprobs: NoLogprobs = None
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     functions: NoTools = None
@@ -388,24 +399,56 @@ class ChatRequest(Sampling):
     def answer_limit(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self) -> ChatRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise PydanticCustomError("logprobs_required", "top_logprobs needs logprobs: true, as OpenAI's API has it")
+        return self
+
+    def logprob_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+TokenIds = Annotated[list[integer(ge=0, le=MAX_INT32)], Field(min_length=1, max_length=MAX_PROMPT_IDS)]
+
 
 class CompletionRequest(Sampling):
+    """A completion of one prompt or several (each its own choice, in order): a string, a list of
+    strings, a list of token ids, or a list of such lists, as OpenAI's API takes them."""
+
     prompt: (
         Annotated[Text, Field(min_length=1)]
-        | Annotated[list[Annotated[Text, Field(min_length=1)]], Field(min_length=1, max_length=1)]
+        | Annotated[list[Annotated[Text, Field(min_length=1)]], Field(min_length=1, max_length=MAX_PROMPTS)]
+        | TokenIds
+        | Annotated[list[TokenIds], Field(min_length=1, max_length=MAX_PROMPTS)]
     )
+    max_tokens: integer(ge=0) | None = None  # 0: the prompt is only read (with echo and logprobs: scored)
+    echo: bool = False  # the prompt comes back before the answer (with logprobs: its tokens' too)
+    suffix: Text | None = None  # the text after the insertion: the prompt and it make a FIM prompt (service.py)
+    logprobs: integer(ge=0, le=MAX_TOP_LOGPROBS) | None = None  # each token's log-probability, and N alternatives'
 
     # Refused unless neutral.
-    echo: NotTrue = None
-    logprobs: NoLogprobs = None
-    suffix: Text | None = None  # the text after the insertion: the prompt and it make a FIM prompt (service.py)
     best_of: BestOfOne = None
 
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts, each a string or token ids."""
+        if isinstance(self.prompt, str) or (self.prompt and isinstance(self.prompt[0], int)):
+            return [self.prompt]
+        return list(self.prompt)
+
     def text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+        """The first prompt, when it is text ("" for token ids)."""
+        first = self.prompts()[0]
+        return first if isinstance(first, str) else ""
 
     def answer_limit(self) -> int | None:
         return self.max_tokens
+
+    def logprob_count(self) -> int | None:
+        return self.logprobs
+
+    def scores_prompt(self) -> bool:
+        return self.echo and self.logprobs is not None
 
 
 def error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict:

@@ -28,6 +28,7 @@ from ..errors import ContextOverflowError, InputError, SpecrunError
 from ..models.chat_template import RESERVED
 from ..models.fim import Chunk, FimPrompt, model_fim_prompt, within_budgets
 from ..models.tool_syntax import ToolSyntax, tool_syntax
+from ..runtime.chat_format import ChatPrompt
 from ..runtime.pair import Pair
 from ..runtime.session import Session
 from .infill_request import InfillRequest, end_line
@@ -217,6 +218,11 @@ class Service:
         (a client asks to learn whether its conversation has outgrown the context)."""
         return len(self._chat_prompt(body, bounded=False)[3].tokens)
 
+    def chat_prompt(self, body: ChatRequest, *, add_generation_prompt: bool = True) -> ChatPrompt:
+        """A chat request's conversation as the model reads it, text and tokens, however long;
+        without the generation prompt, the conversation alone (the assistant's turn not opened)."""
+        return self._chat_prompt(body, bounded=False, add_generation_prompt=add_generation_prompt)[3]
+
     def chat_job(self, body: ChatRequest) -> Job:
         messages, variables, use, prompt = self._chat_prompt(body)
         job = self._job("chat", prompt.tokens, body, "messages", body.answer_limit())
@@ -239,7 +245,7 @@ class Service:
             job, reasoning=prompt.tags, inside_reasoning=prompt.inside_reasoning, boundaries=boundaries, tools=use
         )
 
-    def _chat_prompt(self, body: ChatRequest, bounded: bool = True):
+    def _chat_prompt(self, body: ChatRequest, bounded: bool = True, add_generation_prompt: bool = True):
         """The template's messages, its variables, the request's tool use and the rendered prompt;
         `bounded`: a conversation of more bytes than the context can hold is refused before it is
         rendered."""
@@ -269,7 +275,12 @@ class Service:
                 if self._warn is not None:
                     self._warn(unread_syntax_note(self.pair.target_model.path.name))
         try:
-            prompt = self.pair.chat_format.prompt(messages, variables=variables, tools=use.tools if use else None)
+            prompt = self.pair.chat_format.prompt(
+                messages,
+                variables=variables,
+                tools=use.tools if use else None,
+                add_generation_prompt=add_generation_prompt,
+            )
         except SpecrunError as error:
             raise RequestError(f"{error.message}; use /v1/completions with a formatted prompt", "messages") from None
         return messages, variables, use, prompt
@@ -291,12 +302,22 @@ class Service:
             return ()
         return tuple(self.pair.chat_format.boundaries(messages, tokens, variables=variables))
 
-    def completion_job(self, body: CompletionRequest) -> Job:
-        text = body.text()
-        if not text:
-            raise RequestError("the prompt is empty", "prompt")
+    def completion_job(self, body: CompletionRequest, index: int = 0) -> Job:
+        """The job of the request's `index`-th prompt."""
+        prompt = body.prompts()[index]
         limit = body.answer_limit()
         limit = limit if limit is not None else defaults.COMPLETION_MAX_TOKENS
+        if body.suffix and body.echo:
+            raise RequestError("echo cannot be combined with suffix (the prompt is not the start of the text)", "echo")
+        if isinstance(prompt, list):  # token ids, as evaluation harnesses send them
+            if body.suffix:
+                raise RequestError("suffix needs the prompt as text, not token ids", "suffix")
+            vocab = self.pair.target_model.n_vocab
+            outside = next((t for t in prompt if t >= vocab), None)
+            if outside is not None:
+                raise RequestError(f"{outside} is no token id of this model (0 to {vocab - 1})", "prompt")
+            return self._job("completion", list(prompt), body, "prompt", limit)
+        text = prompt
         if body.suffix:  # OpenAI's legacy insertion: the prompt is the prefix, the model's FIM tokens around them
             prefix, suffix = within_budgets(text, body.suffix, self.pair.target_model.longest_piece())
             self._check_bytes(len(prefix.encode("utf-8")) + len(suffix.encode("utf-8")), "prompt")
@@ -388,6 +409,8 @@ class Service:
             stop=body.stops(),
             ignore_eos=False,
             constraint=constraint,
+            logprobs=body.logprob_count(),
+            score_prompt=body.scores_prompt(),
         )
         return Job(
             kind,

@@ -76,6 +76,8 @@ class Event:
     message: str | None = None
     param: str | None = None
     stop_sequence: str | None = None  # on the last event: the stop string that ended the answer
+    logprobs: list = field(default_factory=list)  # of `tokens` (engine TokenLogprob), when the request asked
+    prompt_logprobs: list | None = None  # of the prompt's tokens after the first, once read, when it asked
 
 
 class Handle:
@@ -385,7 +387,8 @@ class Worker:
                 if update.done:
                     self._end(handle, update, "completed")
                 elif update.text or update.tokens:
-                    self._send(handle, Event(update.text, update.tokens))
+                    scored = {"logprobs": update.logprobs, "prompt_logprobs": update.prompt_logprobs}
+                    self._send(handle, Event(update.text, update.tokens, **scored))
             except Exception as error:  # noqa: BLE001 - a delivery that fails ends its request alone
                 self._fail_one(handle, _describe(error))
         self._notify()
@@ -415,7 +418,16 @@ class Worker:
         answer = report(gen, prediction=prediction)
         self._send(
             handle,
-            Event(update.text, update.tokens, True, finish_reason(gen), answer, stop_sequence=gen.text.stopped_by),
+            Event(
+                update.text,
+                update.tokens,
+                True,
+                finish_reason(gen),
+                answer,
+                stop_sequence=gen.text.stopped_by,
+                logprobs=update.logprobs,
+                prompt_logprobs=update.prompt_logprobs,
+            ),
         )
         if self.log is not None:
             self.log(log_line(handle.job.kind, answer))

@@ -267,7 +267,11 @@ def test_an_api_key_is_required_when_set(pair):
         missing = httpx.post(running.url + "/v1/chat/completions", json={"messages": []})
         assert_openai_error(missing, 401, code="invalid_api_key")  # checked before the body
         assert httpx.get(running.url + "/metrics").status_code == 401
+        for path in ("/infill", "/tokenize", "/detokenize", "/apply-template"):  # outside /v1, guarded alike
+            assert httpx.post(running.url + path, json={}).status_code == 401, path
+        assert httpx.get(running.url + "/tokenizer_info").status_code == 401
         assert httpx.get(running.url + "/health").status_code == 200
+        assert httpx.get(running.url + "/openapi.json").status_code == 200
         answer = client(running.url, "sesame").chat.completions.create(
             model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4
         )

@@ -133,8 +133,6 @@ def test_nul_and_every_plane_reach_the_tokenizer_whole(server, pair, monkeypatch
         ("logit_bias", {"15": 5}),
         ("presence_penalty", 0.5),
         ("frequency_penalty", -1),
-        ("logprobs", True),
-        ("top_logprobs", 3),
         ("functions", [{"name": "f"}]),
         ("function_call", {"name": "f"}),
         ("audio", {"voice": "alloy", "format": "wav"}),
@@ -154,8 +152,6 @@ def test_a_chat_field_the_server_cannot_honour_is_a_400_naming_it(server, field,
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("echo", True),
-        ("logprobs", 2),
         ("best_of", 3),
         ("logit_bias", {"1": -100}),
         ("presence_penalty", 1.0),
@@ -165,6 +161,26 @@ def test_a_completion_field_the_server_cannot_honour_is_a_400_naming_it(server, 
     refused(
         post(server.url, COMPLETIONS, {"prompt": "abc", "max_tokens": 2, field: value}), field, "unsupported_parameter"
     )
+
+
+@pytest.mark.parametrize(
+    "path, body, field",
+    [
+        (CHAT, {"messages": HI, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+        (CHAT, {"messages": HI, "top_logprobs": 3}, None),  # top_logprobs needs logprobs: true
+        (CHAT, {"messages": HI, "logprobs": 1}, "logprobs"),  # a boolean, strictly
+        (COMPLETIONS, {"prompt": "abc", "logprobs": 21}, "logprobs"),
+        (COMPLETIONS, {"prompt": "abc", "logprobs": True}, "logprobs"),
+    ],
+)
+def test_log_probabilities_beyond_their_bounds_are_a_400(server, path, body, field):
+    response = post(server.url, path, {**body, "max_tokens": 2})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    if field is None:
+        assert "top_logprobs needs logprobs" in error["message"], error
+    else:
+        assert error["param"] == field, error
 
 
 def test_neutral_values_and_harmless_fields_are_accepted(server):

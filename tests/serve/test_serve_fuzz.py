@@ -46,6 +46,10 @@ OPERATIONS = {
     ("POST", "/v1/responses"),
     ("POST", "/v1/responses/input_tokens"),
     ("POST", "/infill"),
+    ("POST", "/tokenize"),
+    ("POST", "/detokenize"),
+    ("GET", "/tokenizer_info"),
+    ("POST", "/apply-template"),
 }
 AT_LEAST = 700
 CHAT_PATHS = ("/v1/chat/completions", "/v1/completions")  # where the constraint fields are

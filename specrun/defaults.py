@@ -70,6 +70,9 @@ LOOKUP_POOL_KEY_PREFIX = 32  # without a `user`, a request's pool is named by it
 # the prompt cache in host RAM (--cache-ram)
 CACHE_RAM_MAX_MIB = 8192  # by default the smaller of this and a quarter of the machine's memory
 PROMPT_CACHE_MIN_GAIN = 16  # a saved cache is restored when it spares reading at least this many more tokens
+# A cache cut back is saved first only when it loses at least 1/this of its tokens: copying a token's
+# state costs a small fraction of reading it again, but a save copies them all to keep the lost ones.
+SAVE_BEFORE_CUT_SHARE = 32
 FIM_PREFIX_TOKENS = 1536  # an infill prompt keeps the prefix's last this many tokens (llama-server's, at its batch)
 FIM_SUFFIX_TOKENS = 512  # … and the suffix's first this many, less the cursor line and two markers
 

@@ -50,8 +50,13 @@ class CacheKeeper:
         self.cache.add(Saved(np.asarray(tokens, dtype=np.int32), states, whole))
 
     def save_before_cut(self, seq: int, keep: int) -> None:
-        """A cache about to lose tokens that some later prompt may want is saved first."""
-        if len(self.target.tokens[seq]) - keep >= defaults.PROMPT_CACHE_MIN_GAIN:
+        """A cache about to lose tokens that some later prompt may want is saved first, when what
+        it loses is worth the copy: a save copies the state of every token the cache holds, so a
+        cut of a few tokens off a long cache (an agent's next turn after a short answer) is not
+        saved, while a cut of a conversation's own part is (SAVE_BEFORE_CUT_SHARE)."""
+        held = len(self.target.tokens[seq])
+        lost = held - keep
+        if lost >= defaults.PROMPT_CACHE_MIN_GAIN and lost * defaults.SAVE_BEFORE_CUT_SHARE >= held:
             self.save(seq)
 
     def restore(self, seq: int, prompt: Sequence[int], keep: int, kept: int) -> int:

@@ -195,3 +195,23 @@ def test_a_flood_of_distinct_prompts_keeps_ram_within_the_budget(pairs):
         assert 1 <= len(cache.entries) <= 2
     finally:
         session.close()
+
+
+def test_a_cut_is_saved_first_only_when_it_loses_a_part_worth_the_copy(tiny_target):
+    """A save copies every token's state: a long cache that loses a few tokens (an agent's next
+    turn after a short answer) is cut without one; one that loses a share of itself is saved."""
+    pair = load_pair(tiny_target, None, ctx_size=1024)
+    session = session_for(pair, "off", 64 * 2**20)
+    try:
+        history = (words(pair, " ".join(f"w{i}" for i in range(400))) * 2)[:700]
+        answer(session, history, n=4)
+        held = len(session.target_ctx.tokens[0]) + len(session.target_ctx.tokens[1])  # the one cache held
+        entries = session.engine.cache.entries
+        few = held - 20  # loses 20 tokens: at least PROMPT_CACHE_MIN_GAIN, under 1/32 of the cache
+        answer(session, history[: few - 1] + words(pair, " and then"), n=4)
+        assert not entries
+        answer(session, history[:300] + words(pair, " elsewhere"), n=4)  # loses more than half
+        assert len(entries) == 1
+    finally:
+        session.close()
+        pair.close()

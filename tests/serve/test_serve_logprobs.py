@@ -104,8 +104,10 @@ def test_chat_logprobs_come_whole_and_streamed_in_openais_shape(pair):
         plain = api.chat.completions.create(**{**ask, "logprobs": None, "top_logprobs": None})
     content = whole.choices[0].logprobs.content
     assert len(content) == whole.usage.completion_tokens == 12
-    assert b"".join(bytes(entry.bytes) for entry in content).decode("utf-8", "replace").startswith(
-        whole.choices[0].message.content
+    assert (
+        b"".join(bytes(entry.bytes) for entry in content)
+        .decode("utf-8", "replace")
+        .startswith(whole.choices[0].message.content)
     )
     for entry in content:
         assert bytes(entry.bytes).decode("utf-8", "replace") == entry.token

@@ -47,6 +47,7 @@ class Choice:
         self.index = index
         self.offsets = TextOffsets()
         self.echo = echoed(self.model, body.prompts()[index]) if body.echo else None
+        self.scores = body.scores_prompt()  # the echo waits for the prompt's scores, which come once it is read
 
     def piece(self, text: str, logprobs: list, scores: list | None) -> dict:
         """The choice's next text (its echo first) and, when asked, the log-probabilities of both."""
@@ -80,8 +81,10 @@ def install(app: FastAPI, service: Service) -> None:
         wave = max(1, service.options.parallel)
         for first in range(0, prompts, wave):  # as many at once as decode together
             jobs = [await completion_job(service, body, i) for i in range(first, min(prompts, first + wave))]
-            submitted = [submit(service, job, False) for job in jobs]
+            submitted: list = []
             try:
+                for job in jobs:  # a full queue refuses one: those submitted before it are cancelled below
+                    submitted.append(submit(service, job, False))
                 for i, (job, (handle, events)) in enumerate(zip(jobs, submitted)):
                     answer = await collect(handle, events, request)
                     if answer is None:
@@ -102,7 +105,8 @@ def install(app: FastAPI, service: Service) -> None:
 
         async def chunks() -> AsyncIterator[dict]:
             async for ev in events_of(handle, events, opened):
-                if ev.text or (wants and ev.tokens) or choice.echo is not None:
+                echo_due = choice.echo is not None and (ev.prompt_logprobs is not None or not choice.scores)
+                if ev.text or (wants and ev.tokens) or echo_due:
                     chunk = completion_response(rid, model_name, "", None)
                     chunk["choices"][0] = choice.piece(ev.text, ev.logprobs, ev.prompt_logprobs)
                     yield _tokens(chunk, ev.tokens, body)

@@ -12,7 +12,6 @@ import pytest
 from serve_helpers import FLAT_COSTS, WAIT, load_pair, served
 
 from specrun.engine.llama import Context
-from specrun.engine.logprobs import log_softmax
 
 CHEAP_DRAFTS = {n: 0.001 for n in FLAT_COSTS}  # with FLAT_COSTS: under auto, drafting pays
 PROMPT = "abc abc abc abc abc abc"
@@ -39,6 +38,12 @@ def as_text(tokens: list[str]) -> str:
     """Completion tokens back to text: "bytes:\\xNN…" tokens are parts of characters."""
     raw = b"".join(bytes.fromhex(t[6:].replace("\\x", "")) if t.startswith("bytes:") else t.encode() for t in tokens)
     return raw.decode("utf-8", "replace")
+
+
+def log_softmax(row) -> np.ndarray:
+    values = np.asarray(row, dtype=np.float64)
+    shifted = values - values.max()
+    return shifted - np.log(np.exp(shifted).sum())
 
 
 def recomputed(pair, prompt: list[int], answer: list[int]) -> list[float]:
@@ -193,3 +198,20 @@ def test_bad_scoring_requests_are_a_400_naming_the_field(pair, body, field):
         response = httpx.post(running.url + "/v1/completions", json={"max_tokens": 1, **body}, timeout=WAIT)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == field
+
+
+def test_a_streamed_echo_comes_first_with_its_scores(pair):
+    with served(pair, costs=FLAT_COSTS, draft_costs=CHEAP_DRAFTS, mode="auto") as running:
+        api = client(running.url)
+        whole = api.completions.create(model="tiny", prompt=PROMPT, max_tokens=3, echo=True, logprobs=1, temperature=0)
+        chunks = list(
+            api.completions.create(
+                model="tiny", prompt=PROMPT, max_tokens=3, echo=True, logprobs=1, temperature=0, stream=True
+            )
+        )
+    pieces = [c.choices[0] for c in chunks if c.choices and (c.choices[0].text or c.choices[0].logprobs)]
+    assert pieces[0].text.startswith(PROMPT) and pieces[0].logprobs.token_logprobs[0] is None
+    assert "".join(p.text for p in pieces) == whole.choices[0].text
+    streamed = [lp for p in pieces for lp in p.logprobs.token_logprobs]
+    assert streamed[0] is None and whole.choices[0].logprobs.token_logprobs[0] is None
+    np.testing.assert_allclose(streamed[1:], whole.choices[0].logprobs.token_logprobs[1:], atol=ATOL)

@@ -22,6 +22,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from .answers import CLIENT_GONE, GONE, ApiError, collect, events_of, job_for, opening, submit
 from .infill_request import InfillRequest
+from .logprobs_render import llama_probabilities
 from .requests import Job
 from .schemas import unknown_fields
 from .service import Service
@@ -29,8 +30,11 @@ from .service import Service
 ROUTE = "/infill"
 
 
-def answer_body(service: Service, job: Job, event, text: str, tokens: list[int], *, return_tokens: bool) -> dict:
-    """llama-server's /infill (and /completion) answer for a finished request."""
+def answer_body(
+    service: Service, job: Job, event, text: str, tokens: list[int], *, return_tokens: bool, probs: list | None = None
+) -> dict:
+    """llama-server's /infill (and /completion) answer for a finished request; `probs`: its tokens'
+    log-probabilities, when `n_probs` asked for them."""
     report = event.report or {}
     usage = report.get("usage", {})
     timings = report.get("timings", {})
@@ -50,6 +54,7 @@ def answer_body(service: Service, job: Job, event, text: str, tokens: list[int],
         "stopping_word": event.stop_sequence or "",
         "tokens_cached": len(job.prompt) + predicted,
         "timings": timings,
+        **({"completion_probabilities": llama_probabilities(service.pair.target_model, probs)} if probs else {}),
     }
 
 
@@ -73,6 +78,8 @@ def only(body: dict, paths: list[str] | None) -> dict:
 def install(app: FastAPI, service: Service) -> None:
     """Add /infill to `app`."""
 
+    model = service.pair.target_model
+
     @app.post(ROUTE)
     async def infill(body: InfillRequest, request: Request):
         service.note_unknown(unknown_fields(body), ROUTE)
@@ -88,10 +95,12 @@ def install(app: FastAPI, service: Service) -> None:
                 try:
                     async for ev in events_of(handle, events, opened):
                         tokens += ev.tokens
-                        if ev.text or (body.return_tokens and ev.tokens):
+                        if ev.text or ((body.return_tokens or body.n_probs) and ev.tokens):
                             piece = {"index": 0, "content": ev.text, "stop": False}
                             if body.return_tokens:
                                 piece["tokens"] = list(ev.tokens)
+                            if body.n_probs and ev.logprobs:
+                                piece["completion_probabilities"] = llama_probabilities(model, ev.logprobs)
                             yield _sse(piece)
                         if ev.done:
                             last = answer_body(service, job, ev, "", tokens, return_tokens=False)
@@ -106,7 +115,7 @@ def install(app: FastAPI, service: Service) -> None:
         if answer is None:
             return Response(status_code=CLIENT_GONE)
         last, text, tokens = answer.last, answer.text, answer.tokens
-        whole = answer_body(service, job, last, text, tokens, return_tokens=body.return_tokens)
+        whole = answer_body(service, job, last, text, tokens, return_tokens=body.return_tokens, probs=answer.logprobs)
         return only(whole, body.response_fields)
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from .. import defaults
-from .schemas import MAX_INT32, Sampling, Strict, Text, integer
+from .schemas import MAX_INT32, MAX_TOP_LOGPROBS, NotTrue, Sampling, Strict, Text, integer
 
 MAX_CHUNKS = 1024  # chunks of other files a request may send (llama.vim sends at most 64)
 
@@ -31,11 +31,16 @@ class InfillRequest(Sampling):
     n_indent: integer(ge=0, le=MAX_INT32) = 0
     t_max_predict_ms: integer(ge=0, le=MAX_INT32) = 0
     response_fields: Annotated[list[Text], Field(max_length=256)] | None = None
+    n_probs: integer(ge=0, le=MAX_TOP_LOGPROBS) = 0  # each token's log-probability and this many alternatives'
+    post_sampling_probs: NotTrue = None  # the numbers are the target's own, before sampling (engine/logprobs.py)
 
     # Accepted: llama-server's, and they change nothing here.
     t_max_prompt_ms: integer(ge=0, le=MAX_INT32) | None = None
     samplers: list[Text] | None = None
     id_slot: integer(ge=-1, le=MAX_INT32) | None = None
+
+    def logprob_count(self) -> int | None:
+        return self.n_probs or None
 
     def answer_limit(self) -> int | None:
         """The most tokens to write (None: until the end of the answer or of the context; neither

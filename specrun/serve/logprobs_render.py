@@ -74,3 +74,17 @@ def completion_logprobs(model: Model, entries: Sequence[TokenLogprob | int], off
         "top_logprobs": tops,
         "text_offset": [offsets.next(model, t) for t in ids],
     }
+
+
+def _llama_one(model: Model, token: int, logprob: float) -> dict:
+    raw = model.piece(token, special=True)
+    return {"id": token, "token": raw.decode("utf-8", "ignore"), "bytes": list(raw), "logprob": logprob}
+
+
+def llama_probabilities(model: Model, entries: Sequence[TokenLogprob]) -> list[dict]:
+    """llama-server's `completion_probabilities` (its `n_probs`): each token's id, text (whole
+    characters only), bytes and log-probability, and its `top_logprobs` alike."""
+    return [
+        {**_llama_one(model, e.token, e.logprob), "top_logprobs": [_llama_one(model, t, lp) for t, lp in e.top]}
+        for e in entries
+    ]

@@ -246,3 +246,25 @@ def test_a_whole_large_file_as_the_prefix_is_cut_to_its_budget_not_refused(serve
     assert answer.status_code == 200, answer.text
     assert answer.json()["tokens_evaluated"] <= 2048 - 2  # the code shares the context the answer leaves
     assert time.perf_counter() - start < 30.0
+
+
+def test_n_probs_gives_llama_servers_completion_probabilities_as_completions_give_logprobs(server):
+    whole = infill(server.url, n_predict=6, n_indent=0, n_probs=3).json()
+    probs = whole["completion_probabilities"]
+    assert len(probs) == whole["tokens_predicted"]
+    for entry in probs:
+        assert set(entry) == {"id", "token", "bytes", "logprob", "top_logprobs"} and len(entry["top_logprobs"]) == 3
+        assert entry["top_logprobs"][0]["logprob"] >= entry["logprob"] - 1e-9
+    body = {"prompt": CODE, "suffix": "\n    return result\n", "max_tokens": 6, "temperature": 0.0, "logprobs": 3}
+    same = httpx.post(server.url + "/v1/completions", json=body, timeout=WAIT).json()["choices"][0]["logprobs"]
+    mine, theirs = [e["logprob"] for e in probs], same["token_logprobs"][: len(probs)]
+    assert mine[1:] == pytest.approx(theirs[1:], abs=1e-6)  # decoded one token at a time in both
+    assert mine[0] == pytest.approx(theirs[0], abs=2e-2)  # read with the prompt, in batches of what was uncached
+    body = {"input_prefix": CODE, "input_suffix": "\n", "temperature": 0.0, "n_predict": 4, "stream": True}
+    body["n_probs"] = 1
+    with httpx.stream("POST", server.url + "/infill", json=body, timeout=WAIT) as response:
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+    streamed = [p for e in events[:-1] for p in e.get("completion_probabilities", [])]
+    assert len(streamed) == events[-1]["tokens_predicted"] and all(len(p["top_logprobs"]) == 1 for p in streamed)
+    assert "completion_probabilities" not in infill(server.url, n_predict=2).json()  # only when asked
+    assert infill(server.url, n_predict=2, post_sampling_probs=True).status_code == 400

@@ -31,6 +31,7 @@ from .schemas import (
     chat_response,
     new_id,
     unknown_fields,
+    with_tokens,
 )
 from .service import Service
 from .validation import validation_error
@@ -104,7 +105,7 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
             )
             if body.logprobs:
                 response["choices"][0]["logprobs"] = chat_logprobs(target, whole.logprobs)
-            return _tokens(response, whole.tokens, body)
+            return with_tokens(response, whole.tokens, body)
 
         async def chunks() -> AsyncIterator[dict]:
             yield chat_chunk(rid, model, {"role": "assistant", "content": ""})
@@ -112,7 +113,7 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
                 out = [chat_chunk(rid, model, delta) for delta in piece.deltas]
                 if (body.return_tokens or body.logprobs) and piece.tokens:
                     out = out or [chat_chunk(rid, model, {})]
-                    out[-1] = _tokens(out[-1], piece.tokens, body)
+                    out[-1] = with_tokens(out[-1], piece.tokens, body)
                     if body.logprobs:
                         out[-1]["choices"][0]["logprobs"] = chat_logprobs(target, piece.logprobs)
                 for chunk in out:
@@ -128,13 +129,6 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
     infill.install(app, service)
     tokenizer_routes.install(app, service)
     return app
-
-
-def _tokens(payload: dict, tokens: list[int], body) -> dict:
-    """With `return_tokens`, the token ids behind the choice's text (the answer's, or this chunk's)."""
-    if body.return_tokens:
-        payload["choices"][0]["tokens"] = list(tokens)
-    return payload
 
 
 def _install_errors(app: FastAPI, service: Service) -> None:

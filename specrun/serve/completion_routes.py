@@ -16,7 +16,7 @@ from .answers import CLIENT_GONE, GONE, ApiError, Collected, collect, events_of,
 from .logprobs_render import TextOffsets, completion_logprobs, prompt_logprobs
 from .openai_stream import openai_stream
 from .requests import Job
-from .schemas import CompletionRequest, completion_response, new_id, unknown_fields
+from .schemas import CompletionRequest, completion_response, new_id, unknown_fields, with_tokens
 from .service import RequestError, Service
 
 
@@ -109,7 +109,7 @@ def install(app: FastAPI, service: Service) -> None:
                 if ev.text or (wants and ev.tokens) or echo_due:
                     chunk = completion_response(rid, model_name, "", None)
                     chunk["choices"][0] = choice.piece(ev.text, ev.logprobs, ev.prompt_logprobs)
-                    yield _tokens(chunk, ev.tokens, body)
+                    yield with_tokens(chunk, ev.tokens, body)
                 if ev.done:
                     yield completion_response(rid, model_name, "", ev.finish_reason, ev.report)
 
@@ -134,10 +134,3 @@ def _whole(answers: list[tuple[Choice, Collected]], rid: str, model_name: str, b
     if "usage" in response and len(answers) > 1:
         response["usage"] = {**response["usage"], **totals}
     return response
-
-
-def _tokens(payload: dict, tokens: list[int], body) -> dict:
-    """With `return_tokens`, the token ids behind the chunk's text."""
-    if body.return_tokens:
-        payload["choices"][0]["tokens"] = list(tokens)
-    return payload

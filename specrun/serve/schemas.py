@@ -509,3 +509,10 @@ def completion_response(rid: str, model: str, text: str, finish_reason: str | No
         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
         **(report or {}),
     }
+
+
+def with_tokens(payload: dict, tokens: list[int], body: Sampling) -> dict:
+    """With `return_tokens`, the token ids behind the choice's text (the answer's, or this chunk's)."""
+    if body.return_tokens:
+        payload["choices"][0]["tokens"] = list(tokens)
+    return payload

@@ -248,6 +248,18 @@ Mlock = Annotated[
         "--mlock", help="Lock both models' weights in RAM, so they are never swapped out.", rich_help_panel=RUNTIME
     ),
 ]
+FlashAttn = Annotated[
+    str,
+    typer.Option(
+        "--flash-attn",
+        "-fa",
+        metavar="auto|on|off",
+        help="llama.cpp's fused attention kernel. auto: off where every layer runs on the CPU (unfused attention "
+        "reads deep contexts several times faster there) unless its score buffer would take over an eighth of "
+        "the memory available, else llama.cpp's choice.",
+        rich_help_panel=RUNTIME,
+    ),
+]
 NoMmap = Annotated[
     bool,
     typer.Option(
@@ -366,6 +378,7 @@ class RuntimeFlags:
     rpc: Rpc = None
     mlock: Mlock = False
     no_mmap: NoMmap = False
+    flash_attn: FlashAttn = "auto"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -245,7 +245,7 @@ def serve(
                 out.warn(
                     f"specrun serve: listening on {url_of(sock)} · model {service.model_name} · --spec {mode} "
                     f"(drafting: {enabled}) · --parallel {parallel} · --schedule {schedule} · "
-                    f"--cache-ram {options.cache_ram} MiB"
+                    f"--cache-ram {options.cache_ram} MiB · --flash-attn {service.session.attention.label}"
                 )
                 received = serve_forever(service, sock, defaults.SERVE_DRAIN_S)
                 out.summary(f"specrun serve: stopped after {service.worker.served} answered requests")

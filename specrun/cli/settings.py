@@ -7,6 +7,7 @@ import random
 from collections.abc import Callable, Sequence
 
 from .. import defaults
+from ..engine import attention
 from ..engine.rpc import parse_endpoints
 from ..engine.sampling import SamplingParams
 from ..engine.sequence import GenerationSettings
@@ -110,6 +111,7 @@ def pair_config(models: Resolved, runtime: RuntimeFlags) -> PairConfig:
         rpc=endpoints(runtime.rpc),
         mmap=not runtime.no_mmap,
         mlock=runtime.mlock,
+        flash_attn=flash_attn(runtime.flash_attn),
     )
 
 
@@ -121,6 +123,15 @@ def check_runtime(runtime: RuntimeFlags) -> None:
     names(runtime.draft_device, "--draft-device")
     tensor_split(runtime.tensor_split)
     endpoints(runtime.rpc)
+    flash_attn(runtime.flash_attn)
+
+
+def flash_attn(value: str) -> str:
+    """--flash-attn's mode, checked (engine/attention.py)."""
+    mode = value.strip().lower()
+    if mode not in attention.MODES:
+        raise InputError(f"--flash-attn {value!r} is not a mode", f"give one of {', '.join(attention.MODES)}")
+    return mode
 
 
 def layers(value: str, flag: str) -> int | None:

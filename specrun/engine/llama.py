@@ -56,6 +56,9 @@ class Context(HeadPasses, KVCacheState, KVReuse, FreedOnCollection):
     A context of a feature head (`model.feature_head`) is made on its target's context (`other`,
     whose token embedding and output projection it may borrow) and fed through `feed_head`
     (EAGLE-3's decoder), `encode` (EAGLE-3's encoder), `inject` and `block` (DFlash).
+
+    `fused_attention`: llama.cpp's flash-attention kernel on (True), off (False) or its own choice
+    (None); see attention.py.
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class Context(HeadPasses, KVCacheState, KVReuse, FreedOnCollection):
         head: bool = False,
         other: Context | None = None,
         features: Sequence[int] = (),
+        fused_attention: bool | None = None,
     ):
         lib = _llama()
         self.model = model
@@ -104,6 +108,13 @@ class Context(HeadPasses, KVCacheState, KVReuse, FreedOnCollection):
         params.no_perf = True
         params.swa_full = True  # a sliding window kept in full: every cut of a kept cache stays exact
         params.n_outputs_max_per_seq = 0  # a shortlisted sequence may verify a whole batch's rows
+        # a context on another's cache reads that cache as it is laid out (attention.py chooses)
+        self.fused_attention = other.fused_attention if other is not None else fused_attention
+        params.flash_attn_type = {
+            None: lib.LLAMA_FLASH_ATTN_TYPE_AUTO,
+            True: lib.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+            False: lib.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+        }[self.fused_attention]
         if model.recurrent:
             params.n_rs_seq = rollback
         if head:

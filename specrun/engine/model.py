@@ -242,6 +242,7 @@ class Model(FreedOnCollection):
         self.n_embd_out = int(lib.llama_model_n_embd_out(self.ptr))
         self.n_embd = int(lib.llama_model_n_embd(self.ptr))
         self.n_layer = int(lib.llama_model_n_layer(self.ptr))
+        self.n_head = int(lib.llama_model_n_head(self.ptr))  # query heads (of the first layer)
         self.arch = _meta(self.ptr, "general.architecture") or ""
         self.feature_head = FeatureHead.of(self) if self.arch in defaults.FEATURE_HEADS else None
         self.bos = int(lib.llama_vocab_bos(self.vocab))  # -1: the vocabulary has none

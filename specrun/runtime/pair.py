@@ -64,6 +64,7 @@ class PairConfig:
     mmap: bool = True
     mlock: bool = False
     cache_ram_mib: int = 0
+    flash_attn: str = "auto"  # fused attention: "on", "off", or "auto" (engine/attention.py)
 
 
 _AMX_WARNED = False
@@ -206,6 +207,7 @@ class Pair:
             mtp_chain=self.mtp_chain,
             assistant=self.assistant_model,
             feature_head=self.feature_model,
+            flash_attn=config.flash_attn,
         )
 
     def costs_key(self) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import defaults
+from ..engine.attention import AttentionChoice, choose_attention
 from ..engine.auto.control import LEARNED_WEIGHT, Controller
 from ..engine.auto.costs import DecodeCosts, calibration_sizes
 from ..engine.auto.costs import measure as measure_costs
@@ -34,6 +35,7 @@ from ..engine.verify import Verifier
 from ..errors import IncompatibleModelsError, InputError
 from ..models.modelfile import FEATURE_HEAD_NAMES, a_feature_head
 from . import cost_cache
+from .context_size import available_memory
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class Models:
     mtp_chain: str | None = None  # how the target's MTP heads draft (modelfile.mtp_chain)
     assistant: Model | None = None  # a Gemma 4 MTP assistant given as the draft: it drafts over the target's cache
     feature_head: Model | None = None  # an EAGLE-3 or DFlash head given as the draft: reads the target's layer inputs
+    flash_attn: str = "auto"  # fused attention: "on", "off", or "auto" (engine/attention.py)
 
 
 class Session:
@@ -122,6 +125,8 @@ class Session:
         common = dict(
             n_ctx=models.ctx_size, n_threads=models.threads, n_batch=models.n_batch, n_seq=n_seq, n_seq_pool=n_seq_pool
         )
+        self.attention = self._attention(models, models.target, n_seq_pool or n_seq)
+        common["fused_attention"] = self.attention.fused
         assistant, feature = models.assistant, models.feature_head
         heads = models.target.mtp_heads > 0 and assistant is None and feature is None
         self.target_ctx = Context(
@@ -131,7 +136,10 @@ class Session:
             features=feature.feature_head.layers if feature is not None else (),
             **common,
         )
-        self.draft_ctx = Context(models.draft, **common) if models.draft is not None else None
+        self.draft_ctx = None
+        if models.draft is not None:
+            draft_attention = self._attention(models, models.draft, n_seq_pool or n_seq)
+            self.draft_ctx = Context(models.draft, **{**common, "fused_attention": draft_attention.fused})
         if assistant is not None:  # made while the target's cache is empty: making it empties that cache
             self.head_ctx = Context(assistant, head=True, other=self.target_ctx, **common)
         elif feature is not None:
@@ -155,6 +163,23 @@ class Session:
         self._auto: tuple | None = None  # (key, controller, lookup), kept across generations
         self._snapshots: dict[tuple[int, int], dict | None] = {}
         self._said_plain = False  # a target that cannot rewind decodes plain: said once
+
+    @staticmethod
+    def _attention(models: Models, model: Model, sequences: int) -> AttentionChoice:
+        """How `model`'s context computes attention (engine/attention.py)."""
+        return choose_attention(
+            models.flash_attn,
+            offloaded=models.offloaded,
+            n_cells=models.ctx_size * sequences,
+            n_batch=models.n_batch,
+            n_head=model.n_head,
+            memory=available_memory(),
+        )
+
+    @property
+    def costs_key(self) -> str:
+        """The cost cache's key: the pair's, and how the target computes attention."""
+        return f"{self.models.costs_key}-{self.attention.label}"
 
     @property
     def max_rewind(self) -> int | None:
@@ -352,7 +377,7 @@ class Session:
         controller = policy.controller
         drift = controller.drift
         if drift is not None and drift.factor < 1 / DISAGREE:
-            cost_cache.drop(self.models.costs_key)
+            cost_cache.drop(self.costs_key)
         if not fresh:
             ngrams = (settings.ngram_min, settings.ngram_max)
             cost_cache.LEARNED.put(
@@ -372,7 +397,7 @@ class Session:
         measured in bad conditions are used for this session only, and said so."""
         if self.costs is None:
             models = self.models
-            self.costs = None if measure else cost_cache.load(models.costs_key, models.threads)
+            self.costs = None if measure else cost_cache.load(self.costs_key, models.threads)
             if self.costs is not None and self.head_drafter is not None and not self.costs.head_s:
                 self.costs = None  # kept before this target's head was timed
             if self.costs is None:
@@ -380,7 +405,7 @@ class Session:
                     "specrun: measuring decode costs for these models and settings (a few seconds; kept for next time)"
                 )
                 self.costs = self.measure()
-                rejected = cost_cache.store(models.costs_key, self.costs, models.threads)
+                rejected = cost_cache.store(self.costs_key, self.costs, models.threads)
                 if rejected:
                     models.warn(f"specrun: these costs are used for this run only and not kept: {'; '.join(rejected)}")
         return self.costs

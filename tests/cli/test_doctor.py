@@ -128,6 +128,7 @@ def test_unknown_device_exits_2_listing_the_available_ones(tiny_target):
         (["--tensor-split", "a,b"], ["--tensor-split"]),
         (["--tensor-split", "0,0"], ["not all 0"]),
         (["--draft-device", ","], ["--draft-device"]),
+        (["--flash-attn", "maybe"], ["--flash-attn", "auto, on, off"]),
     ],
 )
 def test_bad_placement_flags_are_usage_errors(tiny_target, flags, words):
@@ -146,3 +147,13 @@ def test_mlock_and_no_mmap_reach_llama_cpp(tiny_target):
     assert "load_mode = mmap)" in default.stderr
     assert "load_mode = mmap+mlock)" in locked.stderr
     assert "load_mode = none)" in unmapped.stderr
+
+
+@pytest.mark.slow
+def test_flash_attn_reaches_llama_cpp(tiny_target):
+    """llama.cpp names its attention kernel in its log: unfused by default on the CPU, fused when asked."""
+    args = ("run", "hi", "--target", tiny_target, "--draft", "none", "-n", "1", "--temp", "0", "--raw")
+    default = specrun(*args, env={"SPECRUN_DEBUG": "1"})
+    fused = specrun(*args, "--flash-attn", "on", env={"SPECRUN_DEBUG": "1"})
+    assert "flash_attn            = disabled" in default.stderr
+    assert "flash_attn            = enabled" in fused.stderr

@@ -262,7 +262,7 @@ class Engine:
         )
         for drafter in self.drafters.values():
             ctx = drafter.ctx
-            if drafter.runs_model and getattr(drafter, "bridge", None) is None and ctx is not None and ctx.reuses_runs:
+            if drafter.holds_target_tokens and ctx is not None and ctx.reuses_runs:
                 held = min(ctx.common_prefix(seq, prompt), len(prompt) - 1)
                 ctx.reuse_run(seq, prompt, held, self.reuse_runs, lambda cells, ctx=ctx: self._make_room(ctx, cells))
         return kept

@@ -158,6 +158,8 @@ def test_speculation_keeps_every_greedy_answer_with_runs_reused(pairs, mode):
         for prompt in edits(pair):
             assert answer(plain, prompt, 16).generated == answer(spec, prompt, 16).generated
         assert plain.engine.target.reused_tokens > 0 and spec.engine.target.reused_tokens > 0
+        if mode == "draft":  # the draft model's cache holds the target's tokens: its runs move too
+            assert spec.engine.drafters["draft"].ctx.reused_tokens > 0
     finally:
         plain.close()
         spec.close()

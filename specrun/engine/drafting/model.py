@@ -38,6 +38,7 @@ class ModelDrafter(Traits):
         self.ctx = ctx
         self.tuning = tuning
         self.bridge = bridge if bridge is not None and not bridge.identity else None
+        self.holds_target_tokens = self.bridge is None  # a bridged vocabulary feeds other ids
 
     def configure(self, tuning: DraftTuning) -> None:
         self.tuning = tuning

@@ -135,6 +135,8 @@ class Drafter(Protocol):
     every pass while it may draft.
     `drafts_blocks`: a draft of m tokens is one pass over m + 1 rows (priced per block, not per token).
     `runs_head`: it runs the session's head context (its costs are timed as the head's).
+    `holds_target_tokens`: its cache holds the target's own token ids at the target's positions,
+    so runs of cached tokens a new prompt keeps move in it as in the target's (engine/kv_reuse.py).
     `defers_to`: another drafter's name, whose proposal for the same sequence the step hands to
     `beside` so that what both propose is judged once (None: it stands alone).
     `takes`: the type of what a caller hands it at `begin` (None: nothing).
@@ -150,6 +152,7 @@ class Drafter(Protocol):
     reads_layer_inputs: bool
     drafts_blocks: bool
     runs_head: bool
+    holds_target_tokens: bool
     defers_to: str | None
     takes: type | None
 
@@ -195,6 +198,7 @@ class Traits:
     reads_layer_inputs = False
     drafts_blocks = False
     runs_head = False
+    holds_target_tokens = False
     defers_to = None
     takes = None
 

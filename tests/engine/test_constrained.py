@@ -267,7 +267,7 @@ def exact_first_two(pair: Pair, prompt: list[int], sampling: SamplingParams, mad
     matcher = Matcher(made, model)
 
     def probs(tokens: list[int], mask: np.ndarray) -> np.ndarray:
-        logits = np.where(mask, fresh_logits(model, tokens), -np.inf)
+        logits = np.where(mask, fresh_logits(model, tokens, pair.session.target_ctx), -np.inf)
         return sampling.probs(logits)
 
     p1 = probs(prompt, matcher.allowed())

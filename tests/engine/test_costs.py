@@ -189,7 +189,7 @@ def test_cached_costs_that_steps_prove_far_too_high_are_corrected_then_dropped(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
     try:
-        key = pair.costs_key()
+        key = pair.session.costs_key
         poisoned = costs_of({1: 3.1, 2: 4.6, 5: 9.3, 16: 15.5, 32: 26.4}, 2.65)
         assert cost_cache.store(key, poisoned, 1) == []
         assert pair.session.decode_costs() == poisoned  # read back: nothing in it looks wrong

@@ -70,8 +70,9 @@ def test_every_step_emits_at_least_one_token(draft_pair):
     assert stats.generated_tokens == 30 and stats.stop_reason == "max_tokens"
 
 
-def fresh_logits(model: Model, tokens: list[int]) -> np.ndarray:
-    ctx = Context(model, n_ctx=512, n_threads=1)  # KV in f16: caches agree to ~1e-3, not bit for bit
+def fresh_logits(model: Model, tokens: list[int], like: Context) -> np.ndarray:
+    """The last row of `tokens` read afresh, attention computed as in `like`."""
+    ctx = Context(model, n_ctx=512, n_threads=1, fused_attention=like.fused_attention)  # KV in f16: ~1e-3 apart
     try:
         return ctx.feed(0, tokens, "last")
     finally:
@@ -96,7 +97,7 @@ def test_kv_caches_match_a_fresh_context_after_partial_and_full_acceptance(draft
         cached = target.feed(0, [history[-1]], "last")
         target.trim(0, base)
         target.shortlist(0, cut)
-        assert np.allclose(cached, fresh_logits(draft_pair.target_model, history), atol=2e-2)
+        assert np.allclose(cached, fresh_logits(draft_pair.target_model, history, target), atol=2e-2)
         draft_ctx = generation.engine.drafters["draft"].ctx
         # The draft cache still holds every accepted token: at most the last drafted token (never
         # decoded) and the target's token are missing, so the next proposal feeds at most two tokens.
@@ -107,7 +108,7 @@ def test_kv_caches_match_a_fresh_context_after_partial_and_full_acceptance(draft
         logits = draft_ctx.feed(0, history[len(draft_ctx.tokens[0]) :], "last")
         draft_ctx.shortlist(0, cut)
         assert draft_ctx.tokens[0] == history
-        assert np.allclose(logits, fresh_logits(draft_pair.draft_model, history), atol=2e-2)
+        assert np.allclose(logits, fresh_logits(draft_pair.draft_model, history, draft_ctx), atol=2e-2)
         draft_ctx.trim(0, len(history) - 1)
     assert seen == {"full", "partial"}
 
@@ -139,7 +140,7 @@ def first_two_distribution(pair: Pair, prompt: list[int], sampling: SamplingPara
     model = pair.target_model
 
     def probs(tokens: list[int]) -> np.ndarray:
-        logits = fresh_logits(model, tokens)
+        logits = fresh_logits(model, tokens, pair.session.target_ctx)
         if sampling.top_k:
             ranked = np.sort(logits)[::-1]
             assert ranked[sampling.top_k - 1] - ranked[sampling.top_k] > 0.1, "the prompt sits on a top-k near-tie"
@@ -354,10 +355,10 @@ def test_the_cache_cannot_be_trimmed_below_zero_or_lose_step_with_its_mirror(tin
         with pytest.raises(Exception, match="llama_decode failed"):
             ctx.feed(0, [4, model.n_vocab + 5], "last")  # an id the model lacks: llama.cpp refuses the batch
         assert ctx.tokens[0] == [1, 2, 3]
-        assert np.allclose(ctx.feed(0, [4], "last"), fresh_logits(model, [1, 2, 3, 4]), atol=2e-2)
+        assert np.allclose(ctx.feed(0, [4], "last"), fresh_logits(model, [1, 2, 3, 4], ctx), atol=2e-2)
         ctx.clear()
         assert ctx.tokens[0] == []
-        assert np.allclose(ctx.feed(0, [1, 2, 3, 4], "last"), fresh_logits(model, [1, 2, 3, 4]), atol=2e-2)
+        assert np.allclose(ctx.feed(0, [1, 2, 3, 4], "last"), fresh_logits(model, [1, 2, 3, 4], ctx), atol=2e-2)
     finally:
         ctx.close()
         model.close()
@@ -371,8 +372,8 @@ def test_all_logits_span_several_batches(tiny_target):
         rows = ctx.feed(0, tokens, "all")
         assert rows.shape == (80, model.n_vocab) and ctx.tokens[0] == tokens
         # Chunked or not, each row is that position's logits (to f16 KV-cache rounding).
-        assert np.allclose(rows[-1], fresh_logits(model, tokens), atol=5e-2)
-        assert np.allclose(rows[40], fresh_logits(model, tokens[:41]), atol=5e-2)
+        assert np.allclose(rows[-1], fresh_logits(model, tokens, ctx), atol=5e-2)
+        assert np.allclose(rows[40], fresh_logits(model, tokens[:41], ctx), atol=5e-2)
         assert not np.allclose(rows[40], rows[41], atol=0.5)
     finally:
         ctx.close()

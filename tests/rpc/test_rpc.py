@@ -267,7 +267,7 @@ def test_costs_measured_with_a_worker_are_kept_apart_from_local_ones(worker, tin
     ]
     pair = Pair(PairConfig(tiny_target, tiny_draft, ctx_size=512, threads=1), warn=lambda line: None)
     try:
-        local_key = pair.costs_key()
+        local_key = pair.session.costs_key
     finally:
         pair.close()
     plausible = DecodeCosts(

@@ -24,6 +24,7 @@ from . import anthropic_routes, completion_routes, infill, responses_routes, tok
 from .answers import CLIENT_GONE, ApiError, ChatAnswer, ClientGone
 from .guards import BearerAuth, BodyLimit, JsonOnly, LoopbackHostOnly, envelope
 from .logprobs_render import chat_logprobs
+from .metrics import CONTENT_TYPE
 from .openai_stream import openai_stream
 from .schemas import (
     ChatRequest,
@@ -66,7 +67,7 @@ def create_app(service: Service, *, loopback: bool = False) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics():
-        return PlainTextResponse(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return PlainTextResponse(service.metrics.render(), media_type=CONTENT_TYPE)
 
     @app.get("/v1/models")
     async def models():

@@ -281,7 +281,7 @@ def test_a_constraint_error_at_admission_names_the_field_it_came_from(pair, monk
         healthy(running)
         assert answer(running.url, CHAT)["finish"] in ("stop", "length")
         metrics = httpx.get(running.url + "/metrics").text
-        assert 'specrun_requests_total{endpoint="chat",outcome="invalid"} 2' in metrics
+        assert 'specrun_requests_total{endpoint="chat",outcome="invalid"} 2.0' in metrics
 
 
 def test_a_client_that_leaves_before_a_constrained_stream_opens_is_cancelled(pair):

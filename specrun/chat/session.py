@@ -234,7 +234,7 @@ class ChatSession:
     @property
     def k(self) -> int:
         """The most draft tokens per step in the current mode."""
-        return self.settings_for(self.mode).draft_max_for(self.mode)
+        return self.settings_for(self.mode).k_max_for(self.mode)
 
     @property
     def n_ctx(self) -> int:

@@ -259,7 +259,7 @@ def result_document(
             "top_p": settings.sampling.top_p,
             "min_p": settings.sampling.min_p,
             "seed": seed,
-            "draft_max": settings.draft_max_for(mode),
+            "draft_max": settings.k_max_for(mode),
             "draft_min": settings.draft_min,
             "draft_p_min": settings.draft_p_min,
             "ngram_min": settings.ngram_min,

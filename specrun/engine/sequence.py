@@ -45,9 +45,9 @@ class GenerationSettings:
     logprobs: int | None = None  # each token's log-probability and this many alternatives' (None: none; logprobs.py)
     score_prompt: bool = False  # the prompt's tokens get theirs too: it is read whole, every row's logits kept
 
-    def draft_max_for(self, mode: str) -> int:
-        """The most draft tokens one step may verify in `mode`: `draft_max` when set, else the
-        mode's default (defaults.draft_max_for)."""
+    def k_max_for(self, mode: str) -> int:
+        """K's ceiling for `mode`, the most draft tokens one step may verify: the caller's
+        `draft_max` when set, else the mode's default (defaults.draft_max_for)."""
         return self.draft_max if self.draft_max is not None else defaults.draft_max_for(mode, None)
 
 

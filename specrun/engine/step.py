@@ -218,7 +218,7 @@ class Engine:
             if self.cache is not None:
                 self.keeper.save_before_cut(seq, keep)
             self.target.trim(seq, keep)
-            k_max = min(settings.draft_max_for(self.policy.mode), self.policy.k_max) if self.policy.k_max else 0
+            k_max = min(settings.k_max_for(self.policy.mode), self.policy.k_max) if self.policy.k_max else 0
             state = SequenceState(
                 seq,
                 prompt,

@@ -253,7 +253,7 @@ class Session:
         from them)."""
         self.check_mode(mode)
         drafters = self.drafters_of(mode)
-        k = settings.draft_max_for(mode)
+        k = settings.k_max_for(mode)
         if self.max_rewind is not None:
             k = min(k, self.max_rewind)
         if not defaults.MODES[mode].chooses:

@@ -6,7 +6,7 @@ tokens of an agent's next turn) at each depth, and the prefill rate between dept
 
 MODEL defaults to the default pair's target. Each setting gets its own context, filled with the
 same tokens; each pass is timed REPS times and the fastest kept (load only ever adds time), then
-cut away again. Prints a markdown table: docs/benchmarks.md, "Attention on the CPU".
+cut away again, after one untimed pass of each size. Prints a markdown table: docs/benchmarks.md, "Attention on the CPU".
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ def measure(model: Model, fused: bool, depths: list[int], threads: int, reps: in
     ctx = Context(model, n_ctx=max(depths) + max(ROWS) + 64, n_threads=threads, fused_attention=fused)
     tokens = [int(t) for t in np.random.default_rng(0).integers(100, 20000, size=max(depths) + max(ROWS))]
     out: dict = {"pass_ms": {}, "prefill": {}}
+    for rows in ROWS:  # every weight read once and every graph built before anything is timed
+        ctx.decode([Segment(0, tokens[:rows], "all")])
+        ctx.trim(0, 0)
     filled = 0
     for depth in depths:
         start, before = time.perf_counter(), filled

@@ -254,9 +254,9 @@ FlashAttn = Annotated[
         "--flash-attn",
         "-fa",
         metavar="auto|on|off",
-        help="llama.cpp's fused attention kernel. auto: off where every layer runs on the CPU (unfused attention "
-        "reads deep contexts several times faster there) unless its score buffer would take over an eighth of "
-        "the memory available, else llama.cpp's choice.",
+        help="llama.cpp's fused attention kernel. auto: off for one sequence whose layers all run on the CPU "
+        "(unfused attention reads deep contexts several times faster there) unless its score buffer would take "
+        "over an eighth of the memory available, else llama.cpp's choice.",
         rich_help_panel=RUNTIME,
     ),
 ]

@@ -5,10 +5,12 @@ On a GPU the fused kernel is the fast path, and llama.cpp's own automatic choice
 fused kernel works one query row at a time against every cached key, while the unfused path
 multiplies the keys by all of a pass's query rows at once: a pass of several rows deep into a long
 context (a verification batch, the few new tokens of an agent's next turn) runs two to three times
-faster unfused, and a single row no slower. The unfused path's price is memory: llama.cpp reserves
-a score buffer of cells × batch rows × heads floats up front. So a context whose layers all stay on
-the CPU runs unfused while that buffer fits a share of the memory; any other keeps llama.cpp's
-choice. `--flash-attn on|off` overrides both.
+faster unfused, and a single row no slower. But the unfused path scores every cell below the
+highest one in use, while the fused kernel skips the cells its mask hides: where several sequences
+share the cache, a pass of one would score all the others' cached prompts too. And it reserves a
+score buffer of cells × batch rows × heads floats up front. So a context of one sequence whose
+layers all stay on the CPU runs unfused while that buffer fits a share of the memory; any other
+keeps llama.cpp's choice. `--flash-attn on|off` overrides both.
 """
 
 from __future__ import annotations
@@ -39,10 +41,11 @@ def score_bytes(n_cells: int, n_batch: int, n_head: int) -> int:
 
 
 def choose_attention(
-    mode: str, *, offloaded: bool, n_cells: int, n_batch: int, n_head: int, memory: int | None
+    mode: str, *, offloaded: bool, sequences: int, n_cells: int, n_batch: int, n_head: int, memory: int | None
 ) -> AttentionChoice:
-    """How a context of `n_cells` cells and `n_batch`-row passes over a model of `n_head` query heads
-    computes attention under `mode` ("auto", "on", "off"); `memory`: bytes available (None: unknown)."""
+    """How a context of `sequences` sequences in `n_cells` cells and `n_batch`-row passes over a model
+    of `n_head` query heads computes attention under `mode` ("auto", "on", "off"); `memory`: bytes
+    available (None: unknown)."""
     if mode not in MODES:
         raise ValueError(f"flash attention mode must be one of {', '.join(MODES)}, not {mode!r}")
     if mode == "on":
@@ -51,6 +54,8 @@ def choose_attention(
         return AttentionChoice(False, "--flash-attn off")
     if offloaded:
         return AttentionChoice(None, "layers offloaded: llama.cpp's choice")
+    if sequences > 1:
+        return AttentionChoice(None, "sequences share the cache: llama.cpp's choice")
     budget = memory // SCORE_MEMORY_SHARE if memory else SCORE_BYTES_FALLBACK
     needed = score_bytes(n_cells, n_batch, n_head)
     if needed > budget:

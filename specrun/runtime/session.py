@@ -125,7 +125,7 @@ class Session:
         common = dict(
             n_ctx=models.ctx_size, n_threads=models.threads, n_batch=models.n_batch, n_seq=n_seq, n_seq_pool=n_seq_pool
         )
-        self.attention = self._attention(models, models.target, n_seq_pool or n_seq)
+        self.attention = self._attention(models, models.target, n_seq, n_seq_pool or n_seq)
         common["fused_attention"] = self.attention.fused
         assistant, feature = models.assistant, models.feature_head
         heads = models.target.mtp_heads > 0 and assistant is None and feature is None
@@ -138,7 +138,7 @@ class Session:
         )
         self.draft_ctx = None
         if models.draft is not None:
-            draft_attention = self._attention(models, models.draft, n_seq_pool or n_seq)
+            draft_attention = self._attention(models, models.draft, n_seq, n_seq_pool or n_seq)
             self.draft_ctx = Context(models.draft, **{**common, "fused_attention": draft_attention.fused})
         if assistant is not None:  # made while the target's cache is empty: making it empties that cache
             self.head_ctx = Context(assistant, head=True, other=self.target_ctx, **common)
@@ -165,12 +165,14 @@ class Session:
         self._said_plain = False  # a target that cannot rewind decodes plain: said once
 
     @staticmethod
-    def _attention(models: Models, model: Model, sequences: int) -> AttentionChoice:
-        """How `model`'s context computes attention (engine/attention.py)."""
+    def _attention(models: Models, model: Model, sequences: int, pooled: int) -> AttentionChoice:
+        """How `model`'s context of `sequences` sequences in `pooled` sequences' cells computes
+        attention (engine/attention.py)."""
         return choose_attention(
             models.flash_attn,
             offloaded=models.offloaded,
-            n_cells=models.ctx_size * sequences,
+            sequences=sequences,
+            n_cells=models.ctx_size * pooled,
             n_batch=models.n_batch,
             n_head=model.n_head,
             memory=available_memory(),

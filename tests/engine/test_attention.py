@@ -7,8 +7,10 @@ from specrun.engine.attention import SCORE_MEMORY_SHARE, choose_attention, score
 GIB = 1 << 30
 
 
-def choice(mode="auto", *, offloaded=False, n_cells=32768, n_batch=512, n_head=12, memory=16 * GIB):
-    return choose_attention(mode, offloaded=offloaded, n_cells=n_cells, n_batch=n_batch, n_head=n_head, memory=memory)
+def choice(mode="auto", *, offloaded=False, sequences=1, n_cells=32768, n_batch=512, n_head=12, memory=16 * GIB):
+    return choose_attention(
+        mode, offloaded=offloaded, sequences=sequences, n_cells=n_cells, n_batch=n_batch, n_head=n_head, memory=memory
+    )
 
 
 def test_a_cpu_context_runs_unfused():
@@ -18,6 +20,12 @@ def test_a_cpu_context_runs_unfused():
 
 def test_an_offloaded_context_keeps_llama_cpps_choice():
     assert choice(offloaded=True).fused is None
+
+
+def test_sequences_sharing_the_cache_keep_llama_cpps_choice():
+    """Unfused attention would score every other sequence's cached cells; the fused kernel skips them."""
+    assert choice(sequences=4).fused is None
+    assert choice("off", sequences=4).fused is False
 
 
 def test_a_score_buffer_over_its_share_of_memory_keeps_llama_cpps_choice():

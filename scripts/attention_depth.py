@@ -5,8 +5,9 @@ tokens of an agent's next turn) at each depth, and the prefill rate between dept
     python scripts/attention_depth.py [MODEL] [--depths 0,2048,8192] [--threads 0] [--reps 3]
 
 MODEL defaults to the default pair's target. Each setting gets its own context, filled with the
-same tokens; each pass is timed REPS times and the fastest kept (load only ever adds time), then
-cut away again, after one untimed pass of each size. Prints a markdown table: docs/benchmarks.md, "Attention on the CPU".
+same tokens, after one untimed pass of each size; each pass is timed REPS times and the fastest
+kept (load only ever adds time), then cut away again. Prints markdown tables: docs/benchmarks.md,
+"Attention on the CPU".
 """
 
 from __future__ import annotations

@@ -20,11 +20,14 @@ from specrun.runtime.session import Session
 
 PROMPTS = ["hello world", "abc abc abc abc abc", "the quick brown fox", "def f(x):\n    return x"]
 GREEDY = SamplingParams(temperature=0.0)
+# Answers alone (one sequence) against answers together (several): one attention kernel for both,
+# since by default a context of one sequence on the CPU runs unfused and one of several does not.
+ONE_KERNEL = "on"
 
 
 @pytest.fixture(scope="module")
 def pair(tiny_target, tiny_draft):
-    loaded = load_pair(tiny_target, tiny_draft)
+    loaded = load_pair(tiny_target, tiny_draft, flash_attn=ONE_KERNEL)
     yield loaded
     loaded.close()
 
@@ -117,7 +120,7 @@ def test_a_follow_up_reuses_the_cache_of_the_conversation_it_continues(pair):
 def test_idle_caches_are_dropped_least_recently_used_first_when_cells_run_short(tiny_target, tiny_draft):
     # One sequence's worth of cells (256: llama.cpp pads the pool to a multiple of 256) for one
     # request at a time, with three idle caches kept while they fit.
-    small = load_pair(tiny_target, tiny_draft, ctx_size=256)
+    small = load_pair(tiny_target, tiny_draft, ctx_size=256, flash_attn=ONE_KERNEL)
     session = session_for(small, "off", parallel=1, idle=3)
     try:
         prompts = [prompt(small, f"{word} " * 12) for word in ("alpha", "beta", "gamma")]  # about 130 cells each
@@ -149,7 +152,7 @@ def test_a_cancelled_sequence_leaves_the_batch_and_frees_its_slot(pair):
 
 
 def test_a_full_context_ends_the_answer_with_context(tiny_target, tiny_draft):
-    small = load_pair(tiny_target, tiny_draft, ctx_size=32)
+    small = load_pair(tiny_target, tiny_draft, ctx_size=32, flash_attn=ONE_KERNEL)
     session = session_for(small, "off", parallel=1)
     try:
         tokens = prompt(small, "hello world, this is a prompt")

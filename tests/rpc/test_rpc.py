@@ -154,7 +154,8 @@ def test_a_worker_killed_mid_generation_ends_the_run_with_one_line_and_the_text_
     """The run is made to block writing into a full one-page stdout pipe far from its 6000 tokens;
     then the worker is killed, the pipe drained, and the run's next decode meets the dead worker."""
     doomed = start_worker(tmp_path)
-    long_run = ["--target", str(tiny_target), "--draft", "none", "-c", "8192", "-t", "1", *GREEDY]
+    # one attention kernel for both runs: an offloaded run keeps llama.cpp's choice, a local one runs unfused
+    long_run = ["--target", str(tiny_target), "--draft", "none", "-c", "8192", "-t", "1", "-fa", "on", *GREEDY]
     proc = popen(
         "run",
         "hi",

@@ -60,8 +60,8 @@ class StepGate:
             self._cond.notify_all()
 
 
-def load_pair(target: Path, draft: Path | None, ctx_size: int = 512) -> Pair:
-    return Pair(PairConfig(target, draft, ctx_size=ctx_size, threads=1))
+def load_pair(target: Path, draft: Path | None, ctx_size: int = 512, flash_attn: str = "auto") -> Pair:
+    return Pair(PairConfig(target, draft, ctx_size=ctx_size, threads=1, flash_attn=flash_attn))
 
 
 @contextmanager

@@ -125,7 +125,8 @@ class Session:
         common = dict(
             n_ctx=models.ctx_size, n_threads=models.threads, n_batch=models.n_batch, n_seq=n_seq, n_seq_pool=n_seq_pool
         )
-        self.attention = self._attention(models, models.target, n_seq, n_seq_pool or n_seq)
+        memory = available_memory()
+        self.attention = self._attention(models, models.target, n_seq, n_seq_pool or n_seq, memory)
         common["fused_attention"] = self.attention.fused
         assistant, feature = models.assistant, models.feature_head
         heads = models.target.mtp_heads > 0 and assistant is None and feature is None
@@ -136,10 +137,10 @@ class Session:
             features=feature.feature_head.layers if feature is not None else (),
             **common,
         )
-        self.draft_ctx = None
+        self.draft_ctx, self.draft_attention = None, None
         if models.draft is not None:
-            draft_attention = self._attention(models, models.draft, n_seq, n_seq_pool or n_seq)
-            self.draft_ctx = Context(models.draft, **{**common, "fused_attention": draft_attention.fused})
+            self.draft_attention = self._attention(models, models.draft, n_seq, n_seq_pool or n_seq, memory)
+            self.draft_ctx = Context(models.draft, **{**common, "fused_attention": self.draft_attention.fused})
         if assistant is not None:  # made while the target's cache is empty: making it empties that cache
             self.head_ctx = Context(assistant, head=True, other=self.target_ctx, **common)
         elif feature is not None:
@@ -165,9 +166,9 @@ class Session:
         self._said_plain = False  # a target that cannot rewind decodes plain: said once
 
     @staticmethod
-    def _attention(models: Models, model: Model, sequences: int, pooled: int) -> AttentionChoice:
+    def _attention(models: Models, model: Model, sequences: int, pooled: int, memory: int | None) -> AttentionChoice:
         """How `model`'s context of `sequences` sequences in `pooled` sequences' cells computes
-        attention (engine/attention.py)."""
+        attention, with `memory` bytes available (engine/attention.py)."""
         return choose_attention(
             models.flash_attn,
             offloaded=models.offloaded,
@@ -175,13 +176,15 @@ class Session:
             n_cells=models.ctx_size * pooled,
             n_batch=models.n_batch,
             n_head=model.n_head,
-            memory=available_memory(),
+            memory=memory,
         )
 
     @property
     def costs_key(self) -> str:
-        """The cost cache's key: the pair's, and how the target computes attention."""
-        return f"{self.models.costs_key}-{self.attention.label}"
+        """The cost cache's key: the pair's, and how the target and the draft compute attention
+        (each is timed, and each may choose otherwise: their heads differ)."""
+        draft = self.draft_attention.label if self.draft_attention is not None else "none"
+        return f"{self.models.costs_key}-{self.attention.label}-{draft}"
 
     @property
     def max_rewind(self) -> int | None:
